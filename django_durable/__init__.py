@@ -1,0 +1,54 @@
+"""django-durable: durable workflows for Django, stored in the project's own database.
+
+    import django_durable as durable
+
+    @durable.workflow("orders.fulfil")
+    def fulfil(ctx, order_id):
+        order = ctx.step("load", load_order, order_id)
+        ...
+
+    run = durable.start(fulfil, order_id=42)
+    durable.wait(run.id, timeout=30)
+"""
+
+from importlib import import_module
+
+from .engine.context import Context
+from .exceptions import (
+    DurableError,
+    NonDeterminismError,
+    NotSerializable,
+    PayloadTooLarge,
+    StepFailed,
+    WaitTimeout,
+    WorkflowFailed,
+    WorkflowNotFound,
+)
+from .registry import workflow
+
+__all__ = [
+    "Context",
+    "DurableError",
+    "NonDeterminismError",
+    "NotSerializable",
+    "PayloadTooLarge",
+    "StepFailed",
+    "WaitTimeout",
+    "WorkflowFailed",
+    "WorkflowNotFound",
+    "get_run",
+    "start",
+    "start_and_wait",
+    "wait",
+    "workflow",
+]
+
+# The service functions touch the models, which exist only once Django's apps are loaded;
+# importing them lazily lets `import django_durable` work in settings and workflows.py.
+_LAZY = {"start": "services", "wait": "services", "start_and_wait": "services", "get_run": "services"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

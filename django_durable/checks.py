@@ -1,0 +1,86 @@
+"""System checks for the settings and databases django-durable depends on."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.db import connections
+
+from . import conf
+
+
+@register()
+def check_settings(app_configs=None, **kwargs):
+    errors = []
+    if not settings.USE_TZ:
+        errors.append(Error(
+            "django-durable needs USE_TZ = True: leases, timers and deadlines are stored in UTC.",
+            hint="Set USE_TZ = True in your settings.",
+            id="django_durable.E001",
+        ))
+    alias = conf.get("DATABASE")
+    if alias not in settings.DATABASES:
+        errors.append(Error(
+            f"DURABLE_DATABASE is {alias!r}, which is not in DATABASES.",
+            hint="Name the database alias that holds the durable tables.",
+            id="django_durable.E002",
+        ))
+        return errors
+    engine = settings.DATABASES[alias].get("ENGINE", "")
+    if not engine.endswith(("postgresql", "sqlite3")):
+        errors.append(Error(
+            f"django-durable runs on PostgreSQL or SQLite, not on {engine!r}.",
+            hint="Point DURABLE_DATABASE at a PostgreSQL (production) or SQLite (development) database.",
+            id="django_durable.E003",
+        ))
+    errors.extend(_check_timing())
+    if engine.endswith("sqlite3"):
+        options = settings.DATABASES[alias].get("OPTIONS", {})
+        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+            errors.append(Warning(
+                "SQLite is not using IMMEDIATE transactions: workers that claim work at the same "
+                "time can fail with 'database is locked'.",
+                hint=f'Add "transaction_mode": "IMMEDIATE" to DATABASES[{alias!r}]["OPTIONS"].',
+                id="django_durable.W001",
+            ))
+    return errors
+
+
+def _check_timing():
+    errors = []
+    numbers = {}
+    for name in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "REAPER_INTERVAL", "POLL_INTERVAL", "MAX_DELIVERIES"):
+        value = conf.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            errors.append(Error(
+                f"DURABLE_{name} must be a positive number, not {value!r}.",
+                id="django_durable.E004",
+            ))
+        else:
+            numbers[name] = value
+    lease, heartbeat = numbers.get("LEASE_SECONDS"), numbers.get("HEARTBEAT_SECONDS")
+    if lease and heartbeat and heartbeat * 2 > lease:
+        errors.append(Error(
+            f"DURABLE_HEARTBEAT_SECONDS ({heartbeat}) must be at most half of "
+            f"DURABLE_LEASE_SECONDS ({lease}), or one late heartbeat loses the lease.",
+            hint="Use a heartbeat of about a third of the lease.",
+            id="django_durable.E005",
+        ))
+    return errors
+
+
+@register(Tags.database)
+def check_sqlite_journal(app_configs=None, databases=None, **kwargs):
+    alias = conf.get("DATABASE")
+    if not databases or alias not in databases or connections[alias].vendor != "sqlite":
+        return []
+    with connections[alias].cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        mode = cursor.fetchone()[0]
+    if str(mode).lower() not in ("wal", "memory"):
+        return [Warning(
+            f"SQLite is in journal mode {mode!r}, not WAL: readers block the workers' writes.",
+            hint=f'Add "init_command": "PRAGMA journal_mode=WAL;" to DATABASES[{alias!r}]["OPTIONS"].',
+            id="django_durable.W002",
+        )]
+    return []

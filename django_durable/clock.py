@@ -1,0 +1,50 @@
+"""The one clock: every time the engine acts on comes from here.
+
+In production, leases, timers and timestamps are the database's time (``now()`` in SQL), so a
+worker with a wrong clock cannot expire a lease early or fire a timer early. Tests may freeze the
+clock (``django_durable.testing``); then the frozen value is sent to the database instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db.models import DateTimeField, Value
+from django.db.models.functions import Now
+from django.utils import timezone
+
+_frozen: dt.datetime | None = None
+
+
+def now() -> dt.datetime:
+    """Return the current time on the worker (or the frozen test time), aware, in UTC."""
+    return _frozen if _frozen is not None else timezone.now()
+
+
+def db_now():
+    """Return an ORM expression for "now": the database's clock, or the frozen test time."""
+    if _frozen is not None:
+        return Value(_frozen, output_field=DateTimeField())
+    return Now()
+
+
+def now_sql(vendor: str) -> tuple[str, list]:
+    """Return SQL for "now" on `vendor`, and its parameters, for hand-written statements."""
+    if _frozen is not None:
+        return "%s", [_frozen if vendor == "postgresql" else _sqlite_text(_frozen)]
+    if vendor == "postgresql":
+        return "now()", []
+    # The format Django's SQLite backend stores datetimes in, so comparisons stay textual.
+    return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')", []
+
+
+def _sqlite_text(value: dt.datetime) -> str:
+    return value.astimezone(dt.timezone.utc).replace(tzinfo=None).isoformat(" ")
+
+
+def freeze(value: dt.datetime | None) -> None:
+    """Freeze the clock at `value` (aware), or unfreeze it with None. For tests."""
+    global _frozen
+    if value is not None and timezone.is_naive(value):
+        raise ValueError(f"The test clock needs an aware datetime, not {value!r}.")
+    _frozen = value

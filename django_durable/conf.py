@@ -1,0 +1,47 @@
+"""The DURABLE_* settings: documented defaults, read lazily from django.conf.settings."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    # How long a claim on a work item lasts without a heartbeat, in seconds.
+    "LEASE_SECONDS": 30.0,
+    # How often a worker extends the claims it holds; a fraction of the lease.
+    "HEARTBEAT_SECONDS": 10.0,
+    # How often each worker returns expired claims to pending, in seconds.
+    "REAPER_INTERVAL": 10.0,
+    # Seconds an idle worker waits between polls when no notification arrives.
+    "POLL_INTERVAL": 1.0,
+    # Claims of one work item whose worker died before the item ends `failed`.
+    "MAX_DELIVERIES": 5,
+    # Seconds a stopping worker lets its in-flight step finish before releasing it.
+    "SHUTDOWN_GRACE_SECONDS": 30.0,
+    # Use LISTEN/NOTIFY on PostgreSQL to wake idle workers at once (polling stays on).
+    "LISTEN_NOTIFY": True,
+    # The largest encoded input, result, signal or event payload accepted, in bytes.
+    "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024,
+    # Which database alias holds the durable tables.
+    "DATABASE": "default",
+    # Named fault points for the fault tests ("point=action;point=action"); off in production.
+    "FAULTS": "",
+}
+
+
+@cache
+def get(name: str) -> Any:
+    """Return the value of DURABLE_<name>, or its default."""
+    if name not in DEFAULTS:
+        raise KeyError(f"{name!r} is not a django-durable setting")
+    return getattr(django_settings, f"DURABLE_{name}", DEFAULTS[name])
+
+
+@receiver(setting_changed)
+def _clear_cache(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("DURABLE_"):
+        get.cache_clear()

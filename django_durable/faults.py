@@ -1,0 +1,79 @@
+"""Named fault points for the fault tests; they cost one attribute check when off.
+
+``DURABLE_FAULTS`` in the environment arms them: ``point=action[+action...][@step_key];...``.
+Actions: ``exit`` (os._exit, like a crash), ``kill`` (SIGKILL to this process), ``raise``
+(an OperationalError), ``sleep:SECONDS``, ``touch:PATH`` (create a file, then go on) and
+``block:PATH`` (wait until a file exists). With ``@step_key`` the fault fires only at that step.
+
+Points: after_claim_commit, before_step_call, after_step_return, before_checkpoint_commit,
+after_checkpoint_commit, before_terminal_commit, after_heartbeat, sweeper_after_select.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+POINTS = frozenset(
+    {
+        "after_claim_commit",
+        "before_step_call",
+        "after_step_return",
+        "before_checkpoint_commit",
+        "after_checkpoint_commit",
+        "before_terminal_commit",
+        "after_heartbeat",
+        "sweeper_after_select",
+    }
+)
+
+_armed: dict[str, list[tuple[list[str], str | None]]] = {}
+active = False
+
+
+def arm(spec: str) -> None:
+    """Arm the faults described by `spec` (replacing any armed before); "" disarms all."""
+    global active
+    _armed.clear()
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        point, _, rest = part.partition("=")
+        point = point.strip()
+        if point not in POINTS:
+            raise ValueError(f"Unknown fault point {point!r}; known points: {sorted(POINTS)}.")
+        actions, _, key = rest.partition("@")
+        _armed.setdefault(point, []).append((actions.split("+"), key or None))
+    active = bool(_armed)
+
+
+def hit(point: str, key: str | None = None) -> None:
+    """Run the actions armed at `point` (for step `key`), if any."""
+    for actions, only_key in _armed.get(point, ()):
+        if only_key is None or only_key == key:
+            for action in actions:
+                _perform(action, point)
+
+
+def _perform(action: str, point: str) -> None:
+    name, _, arg = action.partition(":")
+    if name == "exit":
+        os._exit(1)
+    elif name == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif name == "raise":
+        from django.db import OperationalError
+
+        raise OperationalError(f"fault injected at {point}")
+    elif name == "sleep":
+        time.sleep(float(arg))
+    elif name == "touch":
+        with open(arg, "a"):
+            pass
+    elif name == "block":
+        while not os.path.exists(arg):
+            time.sleep(0.01)
+    else:
+        raise ValueError(f"Unknown fault action {action!r} at {point}.")
+
+
+arm(os.environ.get("DURABLE_FAULTS", ""))

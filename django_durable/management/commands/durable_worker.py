@@ -1,0 +1,65 @@
+"""manage.py durable_worker: run worker processes that advance workflow runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_durable.supervisor import Supervisor
+from django_durable.worker import Worker
+
+
+class Command(BaseCommand):
+    help = "Run durable workflow workers until stopped (SIGTERM or Ctrl-C stops them gracefully)."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--concurrency", "-c", type=int, default=os.cpu_count() or 1,
+            help="Number of worker processes (default: the number of CPUs).",
+        )
+        parser.add_argument(
+            "--queues", "-q", default="",
+            help="Comma-separated queues to take work from (default: all queues).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true",
+            help="Exit once no work is ready and none is in progress.",
+        )
+        parser.add_argument("--name", default=None, help="Worker name shown in claims and logs.")
+        parser.add_argument(
+            "--grace", type=float, default=None,
+            help="Seconds a stopping worker lets its running step finish before releasing it "
+            "(default: DURABLE_SHUTDOWN_GRACE_SECONDS).",
+        )
+
+    def handle(self, *args, concurrency, queues, burst, name, grace, verbosity, **options):
+        if concurrency < 1:
+            raise CommandError(f"--concurrency must be at least 1, not {concurrency}.")
+        if grace is not None and grace < 0:
+            raise CommandError(f"--grace must not be negative, not {grace}.")
+        _configure_logging(verbosity)
+        worker_options = {
+            "queues": [q.strip() for q in queues.split(",") if q.strip()] or None,
+            "burst": burst,
+            "name": name,
+            "grace": grace,
+        }
+        if concurrency == 1:
+            code = Worker(**worker_options).run()
+        else:
+            code = Supervisor(concurrency, **worker_options).run()
+        sys.exit(code)
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Show the worker's INFO lines on stderr unless the project configured its own logging."""
+    logger = logging.getLogger("django_durable")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))

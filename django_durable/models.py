@@ -1,0 +1,271 @@
+"""The durable tables: workflow runs, their step journal, the workpool and timers."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from . import serialization
+
+
+def uuid7() -> uuid.UUID:
+    """Return a time-ordered UUID (RFC 9562 version 7); new rows land at the end of the index."""
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis & (2**48 - 1)) << 80
+    value |= 0x7 << 76
+    value |= ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= rand & (2**62 - 1)
+    return uuid.UUID(int=value)
+
+
+class WorkflowRunQuerySet(models.QuerySet):
+    def unfinished(self):
+        return self.exclude(status__in=WorkflowRun.TERMINAL)
+
+    def finished(self):
+        return self.filter(status__in=WorkflowRun.TERMINAL)
+
+
+class WorkflowRun(models.Model):
+    """One execution of a workflow."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        WAITING = "waiting", "Waiting"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    workflow = models.CharField(max_length=200, help_text="The registered workflow name.")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    waiting_on = models.CharField(max_length=500, blank=True, default="")
+    input = models.TextField(default="{}", help_text="JSON: the args and kwargs of the run.")
+    result = models.TextField(null=True, blank=True, help_text="JSON: what the workflow returned.")
+    error = models.TextField(null=True, blank=True, help_text="JSON: type, message and traceback.")
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=1)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkflowRunQuerySet.as_manager()
+
+    class Meta:
+        db_table = "durable_workflow_run"
+        ordering = ["-created_at"]
+        constraints = [
+            # Starting twice with one idempotency key must give one run, race-free: the
+            # database decides, not a read-then-insert.
+            models.UniqueConstraint(
+                fields=["workflow", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="durable_run_idempotency_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="durable_run_status"),
+            models.Index(fields=["workflow", "-created_at"], name="durable_run_workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.TERMINAL
+
+    def get_input(self) -> dict:
+        return serialization.decode(self.input)
+
+    def get_result(self):
+        """Return the decoded result of a completed run."""
+        return serialization.decode(self.result)
+
+    def get_error(self) -> dict | None:
+        return serialization.decode(self.error)
+
+
+class Step(models.Model):
+    """One journal entry of a run: a checkpointed step and its recorded outcome."""
+
+    class Kind(models.TextChoices):
+        STEP = "step", "Step"
+        NOTE = "note", "Recorded value"
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=255)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.STEP)
+    name = models.CharField(max_length=255, blank=True, default="", help_text="The step function.")
+    status = models.CharField(max_length=20, choices=Status.choices)
+    result = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "durable_step"
+        ordering = ["run", "seq"]
+        constraints = [
+            # At most one recorded outcome per step key: a second worker's checkpoint of the
+            # same step fails here instead of recording twice.
+            models.UniqueConstraint(fields=["run", "key"], name="durable_step_run_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"
+
+    def get_result(self):
+        return serialization.decode(self.result)
+
+
+class WorkItemQuerySet(models.QuerySet):
+    def ready(self, queues=None):
+        """Pending items whose time has come, in claim order."""
+        qs = self.filter(status=WorkItem.Status.PENDING, available_at__lte=Now())
+        if queues:
+            qs = qs.filter(queue__in=queues)
+        return qs.order_by("-priority", "available_at", "id")
+
+    def expired(self):
+        """Claimed items whose lease has run out (by the database's clock)."""
+        return self.filter(status=WorkItem.Status.PROCESSING, claim_expires_at__lt=Now())
+
+
+class WorkItem(models.Model):
+    """One unit in the workpool: advance a run, run a step, or run a task."""
+
+    class Kind(models.TextChoices):
+        ADVANCE = "advance", "Advance run"
+        STEP = "step", "Run step"
+        TASK = "task", "Run task"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        PROCESSING = "processing", "Processing"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ADVANCE)
+    run = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.CASCADE, related_name="work_items"
+    )
+    step_key = models.CharField(max_length=255, blank=True, default="")
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    available_at = models.DateTimeField(db_default=Now())
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Deliveries since the item last finished; counted at claim."
+    )
+    wake = models.BooleanField(
+        default=False, help_text="Set when a wakeup arrives while the item is being processed."
+    )
+    claim_token = models.UUIDField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    objects = WorkItemQuerySet.as_manager()
+
+    class Meta:
+        db_table = "durable_work_item"
+        constraints = [
+            # A run has exactly one advance item, reused for every advance: a wakeup flips it
+            # back to pending (or sets `wake` while it is processing), so wakeups never pile
+            # up and two workers can never advance one run at once.
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(kind="advance"), name="durable_one_advance_per_run"
+            ),
+        ]
+        indexes = [
+            # The claim path: only pending rows, in claim order. Partial, so the index stays
+            # as small as the backlog however many finished items the table holds. Workers
+            # that serve every queue read the first; workers of one queue read the second, so
+            # a backlog in another queue is never scanned.
+            models.Index(
+                fields=["-priority", "available_at", "id"],
+                condition=Q(status="pending"),
+                name="durable_work_item_ready",
+            ),
+            models.Index(
+                fields=["queue", "-priority", "available_at", "id"],
+                condition=Q(status="pending"),
+                name="durable_work_item_ready_q",
+            ),
+            # The reaper's path: claims by expiry.
+            models.Index(
+                fields=["claim_expires_at"],
+                condition=Q(status="processing"),
+                name="durable_work_item_claimed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id} ({self.status})"
+
+
+class Timer(models.Model):
+    """Something that must happen at a time: wake a sleeping run, retry a step, start a run."""
+
+    class Kind(models.TextChoices):
+        SLEEP = "sleep", "Sleep"
+        RETRY = "retry", "Retry"
+        SIGNAL_TIMEOUT = "signal_timeout", "Signal timeout"
+        DEADLINE = "deadline", "Deadline"
+        SCHEDULE = "schedule", "Schedule"
+        DELAYED_START = "delayed_start", "Delayed start"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        FIRED = "fired", "Fired"
+        CANCELLED = "cancelled", "Cancelled"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    run = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.CASCADE, related_name="timers"
+    )
+    step_key = models.CharField(max_length=255, blank=True, default="")
+    fire_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(db_default=Now())
+    fired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "durable_timer"
+        indexes = [
+            models.Index(
+                fields=["fire_at"], condition=Q(status="pending"), name="durable_timer_due"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id} at {self.fire_at:%Y-%m-%d %H:%M:%S} ({self.status})"

@@ -1,0 +1,108 @@
+"""The workflow registry: @durable.workflow and lookup by name. Nothing is imported from a name."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .exceptions import WorkflowNotFound
+
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+
+_registry: dict[str, WorkflowDefinition] = {}
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    """A registered workflow: its name, its function and the defaults of its runs."""
+
+    name: str
+    fn: Callable
+    queue: str = "default"
+    priority: int = 0
+    timeout: dt.timedelta | None = None
+    max_attempts: int = 1
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
+def workflow(
+    name: str | Callable | None = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    timeout: dt.timedelta | None = None,
+    max_attempts: int = 1,
+):
+    """Register a function as a workflow and return it unchanged.
+
+    Use as ``@durable.workflow("orders.fulfil")``; a bare ``@durable.workflow`` registers the
+    function under its module and name. The function receives a Context first.
+    """
+    if callable(name):
+        return workflow()(name)
+
+    def decorator(fn: Callable) -> Callable:
+        definition = WorkflowDefinition(
+            name=name or f"{fn.__module__}.{fn.__qualname__}",
+            fn=fn,
+            queue=queue,
+            priority=priority,
+            timeout=timeout,
+            max_attempts=max_attempts,
+        )
+        register(definition)
+        fn.durable_workflow = definition
+        return fn
+
+    return decorator
+
+
+def register(definition: WorkflowDefinition) -> None:
+    """Add `definition` to the registry; raise ImproperlyConfigured on a bad or taken name."""
+    name = definition.name
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ImproperlyConfigured(
+            f"Workflow name {name!r} is not valid: use 1 to 200 letters, digits, '_', '.', ':' "
+            f"or '-', starting with a letter or '_'."
+        )
+    if definition.max_attempts < 1:
+        raise ImproperlyConfigured(
+            f"Workflow {name!r} has max_attempts={definition.max_attempts!r}; it must be at least 1."
+        )
+    existing = _registry.get(name)
+    # Re-registering the same function (a module imported twice, the autoreloader) is fine;
+    # two different functions under one name would make runs ambiguous.
+    if existing is not None and existing.qualified_name != definition.qualified_name:
+        raise ImproperlyConfigured(
+            f"Workflow name {name!r} is registered twice: by {existing.qualified_name} and by "
+            f"{definition.qualified_name}. Give one of them another name."
+        )
+    _registry[name] = definition
+
+
+def get(name_or_fn: str | Callable) -> WorkflowDefinition:
+    """Return the definition for a registered name or decorated function; raise WorkflowNotFound."""
+    if callable(name_or_fn):
+        definition = getattr(name_or_fn, "durable_workflow", None)
+        if definition is None:
+            raise WorkflowNotFound(
+                f"{name_or_fn!r} is not a workflow: decorate it with @durable.workflow(...)."
+            )
+        return definition
+    try:
+        return _registry[name_or_fn]
+    except (KeyError, TypeError):
+        shown = repr(name_or_fn)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise WorkflowNotFound(f"No workflow is registered under the name {shown}.") from None
+
+
+def names() -> list[str]:
+    return sorted(_registry)

@@ -1,0 +1,133 @@
+"""JSON encoding of inputs, results and errors, with datetime, date, time, timedelta, Decimal and UUID.
+
+Nothing is ever pickled. Values are converted to plain JSON, where the extra types become tagged
+objects (``{"__durable__": "datetime", "v": "..."}``), and anything else is rejected with an error
+that names the type and where in the value it was found. Tuples are stored as lists.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from .exceptions import NotSerializable, PayloadTooLarge
+
+TAG = "__durable__"
+MAX_DEPTH = 100
+
+_PLAIN = (str, int, bool, type(None))
+
+
+def encode(value: Any, *, what: str = "value", max_bytes: int | None = None) -> str:
+    """Return `value` as JSON text; raise NotSerializable or PayloadTooLarge."""
+    if type(value) in _PLAIN:
+        text = json.dumps(value, ensure_ascii=False)
+    else:
+        text = json.dumps(_to_json(value, what, 0), ensure_ascii=False, separators=(",", ":"))
+    if max_bytes is not None and len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
+        raise PayloadTooLarge(
+            f"The {what} is {len(text.encode())} bytes of JSON, more than the limit of {max_bytes} "
+            f"bytes (DURABLE_MAX_PAYLOAD_BYTES). Store large data elsewhere and pass a reference."
+        )
+    return text
+
+
+def decode(text: str | None) -> Any:
+    """Return the value encoded in `text` (None for None)."""
+    if text is None:
+        return None
+    return json.loads(text, object_hook=_from_tagged)
+
+
+def _to_json(value: Any, where: str, depth: int) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if depth > MAX_DEPTH:
+        raise NotSerializable(f"{where} is nested more than {MAX_DEPTH} levels deep.")
+    if kind is float:
+        if not math.isfinite(value):
+            raise NotSerializable(f"{where} is {value!r}, which JSON cannot represent.")
+        return value
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise NotSerializable(
+                    f"{where} has a key {key!r} of type {type(key).__name__}; keys must be str."
+                )
+            out[key] = _to_json(item, f"{where}[{key!r}]", depth + 1)
+        # A user's dict that has our tag key is stored as a list of pairs, which the
+        # bottom-up decoder cannot mistake for a tagged value.
+        return {TAG: "dict", "v": [[k, v] for k, v in out.items()]} if TAG in out else out
+    if kind is list or kind is tuple:
+        return [_to_json(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
+    if kind is dt.datetime:
+        return {TAG: "datetime", "v": value.isoformat()}
+    if kind is dt.date:
+        return {TAG: "date", "v": value.isoformat()}
+    if kind is dt.time:
+        return {TAG: "time", "v": value.isoformat()}
+    if kind is dt.timedelta:
+        return {TAG: "timedelta", "v": [value.days, value.seconds, value.microseconds]}
+    if kind is Decimal:
+        if not value.is_finite():
+            raise NotSerializable(f"{where} is {value!r}, which cannot be stored.")
+        return {TAG: "decimal", "v": str(value)}
+    if kind is uuid.UUID:
+        return {TAG: "uuid", "v": str(value)}
+    # Subclasses of str and int (TextChoices, IntEnum members) are stored as their plain value.
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise NotSerializable(
+        f"{where} is of type {kind.__module__}.{kind.__qualname__}, which cannot be stored: use "
+        f"JSON types (dict, list, str, int, float, bool, None) or datetime, date, time, "
+        f"timedelta, Decimal, UUID."
+    )
+
+
+_DECODERS = {
+    "datetime": dt.datetime.fromisoformat,
+    "date": dt.date.fromisoformat,
+    "time": dt.time.fromisoformat,
+    "timedelta": lambda v: dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2]),
+    "decimal": Decimal,
+    "uuid": uuid.UUID,
+    "dict": lambda v: {k: item for k, item in v},
+}
+
+
+def _from_tagged(obj: dict) -> Any:
+    tag = obj.get(TAG)
+    if tag is None or len(obj) != 2 or "v" not in obj:
+        return obj
+    try:
+        return _DECODERS[tag](obj["v"])
+    except KeyError:
+        raise ValueError(f"Unknown stored type tag {tag!r}.") from None
+
+
+def dumps_error(exc: BaseException, traceback_text: str = "") -> str:
+    """Return the JSON text recording an exception: its type, message and traceback."""
+    kind = type(exc)
+    return json.dumps(
+        {
+            "type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__,
+            "message": _safe_str(exc),
+            "traceback": traceback_text,
+        },
+        ensure_ascii=False,
+    )
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure itself
+        return f"<unprintable {type(exc).__name__}>"

@@ -1,0 +1,126 @@
+"""Starting and waiting for runs: the functions the Python API, admin, API and CLI all call."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+
+from . import conf, registry, serialization, workpool
+from .exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
+from .models import WorkflowRun, WorkItem
+
+
+def start(
+    workflow: str | Callable,
+    /,
+    *args: Any,
+    idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    **kwargs: Any,
+) -> WorkflowRun:
+    """Create a run of `workflow` with these arguments and return it (a WorkflowRun).
+
+    Inside the caller's ``transaction.atomic()`` the run commits or rolls back with the
+    caller. With an `idempotency_key`, a second start of the same workflow with the same key
+    returns the first run instead of creating another (decided by a unique constraint).
+    Raise WorkflowNotFound for an unregistered workflow, NotSerializable or PayloadTooLarge
+    for arguments that cannot be stored; nothing is written then.
+    """
+    definition = registry.get(workflow)
+    text = serialization.encode(
+        {"args": list(args), "kwargs": kwargs}, what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
+    )
+    queue_name = _check_queue(queue or definition.queue)
+    priority = definition.priority if priority is None else _check_priority(priority)
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
+        raise ValueError(f"idempotency_key must be a string of 1 to 255 characters, not {idempotency_key!r}.")
+    db = conf.get("DATABASE")
+    run = WorkflowRun(
+        workflow=definition.name,
+        input=text,
+        queue=queue_name,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        max_attempts=definition.max_attempts,
+    )
+    with transaction.atomic(using=db):
+        if idempotency_key is None:
+            run.save(force_insert=True, using=db)
+        else:
+            # ON CONFLICT DO NOTHING: of two concurrent starts with one key, the second waits
+            # for the first to commit and then inserts nothing; both read back the same row.
+            WorkflowRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
+            existing = WorkflowRun.objects.using(db).get(
+                workflow=definition.name, idempotency_key=idempotency_key
+            )
+            if existing.pk != run.pk:
+                return existing
+            run = existing
+        WorkItem.objects.using(db).create(
+            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority
+        )
+        workpool.notify(db)
+    return run
+
+
+def _check_queue(name: Any) -> str:
+    if not isinstance(name, str) or not 0 < len(name) <= 100:
+        raise ValueError(f"A queue name must be a string of 1 to 100 characters, not {name!r}.")
+    return name
+
+
+def _check_priority(priority: Any) -> int:
+    if type(priority) is not int or not -(2**31) <= priority < 2**31:
+        raise ValueError(f"priority must be an integer (higher runs first), not {priority!r}.")
+    return priority
+
+
+def get_run(run_id) -> WorkflowRun:
+    """Return the run with this id; raise WorkflowNotFound (without a query for a non-UUID)."""
+    try:
+        pk = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        return WorkflowRun.objects.using(conf.get("DATABASE")).get(pk=pk)
+    except (ValueError, WorkflowRun.DoesNotExist):
+        raise WorkflowNotFound(f"No workflow run has the id {str(run_id)[:80]!r}.") from None
+
+
+def wait(run_id, timeout: float | None = None) -> Any:
+    """Return the result of the run once it completes.
+
+    Raise WorkflowFailed if it ends failed or cancelled, WaitTimeout if `timeout` seconds pass
+    first (the run goes on), WorkflowNotFound for an unknown id. Polls with a short, growing
+    interval; call it outside transactions, since a run started in an open transaction is
+    invisible to workers until that transaction commits.
+    """
+    db = conf.get("DATABASE")
+    if connections[db].in_atomic_block:
+        raise RuntimeError(
+            "durable.wait() was called inside transaction.atomic(): a run started in this "
+            "transaction is invisible to workers until it commits, so the wait could never end. "
+            "Wait after the transaction commits (transaction.on_commit) or outside it."
+        )
+    run = get_run(run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        if run.status == WorkflowRun.Status.COMPLETED:
+            return run.get_result()
+        if run.status in WorkflowRun.TERMINAL:
+            raise WorkflowFailed(run.pk, run.status, run.get_error())
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitTimeout(f"Workflow run {run.pk} did not finish within {timeout} seconds; it is {run.status}.")
+        pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+        time.sleep(pause)
+        delay = min(delay * 1.5, 0.5)
+        run.refresh_from_db(fields=["status", "result", "error"])
+
+
+def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+    """Start a run (as start()) and return its result (as wait())."""
+    run = start(workflow, *args, **kwargs)
+    return wait(run.pk, timeout=timeout)

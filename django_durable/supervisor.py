@@ -1,0 +1,90 @@
+"""Running several worker processes: fork them, replace the ones that die, pass on signals."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import time
+
+from django.db import connections
+
+from .worker import Worker
+
+logger = logging.getLogger("django_durable.worker")
+
+PR_SET_PDEATHSIG = 1
+
+
+class Supervisor:
+    """Forks `concurrency` workers and keeps that many running until told to stop."""
+
+    def __init__(self, concurrency: int, **worker_options):
+        self.concurrency = concurrency
+        self.worker_options = worker_options
+        self.children: dict[int, int] = {}  # pid -> slot
+        self.signals_received = 0
+
+    def run(self) -> int:
+        # Children must open their own connections: a socket shared across fork is corrupted
+        # by whichever process speaks first.
+        connections.close_all()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        for slot in range(self.concurrency):
+            self._spawn(slot)
+        restarts: list[float] = []
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            slot = self.children.pop(pid, None)
+            if slot is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            if self.signals_received or (self.worker_options.get("burst") and code == 0):
+                continue
+            logger.error("Worker process %d exited with %d; starting a replacement.", pid, code)
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < 10] + [now]
+            if len(restarts) > 5 * self.concurrency:
+                time.sleep(1.0)  # a crash loop must not spin the machine
+            if not self.signals_received:
+                self._spawn(slot)
+        return 0
+
+    def _spawn(self, slot: int) -> None:
+        pid = os.fork()
+        if pid:
+            self.children[pid] = slot
+            return
+        code = 1
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_DFL)
+            _die_with_parent()
+            code = Worker(**self.worker_options).run()
+        except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
+            logger.exception("Worker process %d crashed.", os.getpid())
+        finally:
+            logging.shutdown()
+            os._exit(code)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals_received += 1
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send us SIGTERM if the supervisor dies, so no worker is orphaned."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

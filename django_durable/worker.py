@@ -1,0 +1,263 @@
+"""The worker process: claim work, advance runs, keep leases alive, recover others' expired claims."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import select
+import signal
+import socket
+import threading
+import time
+
+from django.db import DatabaseError, InterfaceError, connections
+
+from . import conf, workpool
+from .engine.replay import advance
+from .interrupts import DatabaseUnavailable
+from .models import WorkItem
+
+logger = logging.getLogger("django_durable.worker")
+
+DB_ERRORS = (DatabaseError, InterfaceError, DatabaseUnavailable)
+
+
+class Worker:
+    """One worker process: a main loop that runs one item at a time, and a maintenance thread.
+
+    The maintenance thread has its own database connection, so a long step never delays the
+    heartbeat that keeps its lease, nor the reaper that recovers other workers' expired claims.
+    """
+
+    def __init__(self, *, queues=None, burst=False, name=None, db=None, grace=None):
+        self.db = db or conf.get("DATABASE")
+        self.queues = list(queues) if queues else None
+        self.burst = burst
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.grace = float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
+        self.processed = 0
+        self._stopping = threading.Event()
+        self._hard_stop = False
+        self._stop_deadline: float | None = None
+        self._current: workpool.Claim | None = None
+        self._current_lock = threading.Lock()
+        self._done = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self._wake_r, False)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Process work until stopped (or, with burst, until none is left); return the exit code."""
+        self._install_signal_handlers()
+        maintenance = threading.Thread(target=self._maintain, name="durable-maintenance", daemon=True)
+        maintenance.start()
+        waiter = Waiter(self.db, self._wake_r)
+        logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
+        backoff = Backoff()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if self._run_once():
+                        backoff.reset()
+                        continue
+                    if self.burst and not workpool.pending_work(queues=self.queues, db=self.db):
+                        break
+                except DB_ERRORS as exc:
+                    logger.warning("Database error in worker %s: %s", self.name, exc)
+                    _close_connection(self.db)
+                    waiter.sleep(backoff.next())
+                    continue
+                waiter.wait(min(float(conf.get("POLL_INTERVAL")), 0.2) if self.burst else float(conf.get("POLL_INTERVAL")))
+        finally:
+            self._done.set()
+            maintenance.join(timeout=5)
+            waiter.close()
+            _close_connection(self.db)
+        logger.info("Worker %s stopped after %d item(s).", self.name, self.processed)
+        return 0
+
+    def stop(self) -> None:
+        """Stop claiming; the item in flight finishes its step or is released after the grace."""
+        if not self._stopping.is_set():
+            self._stop_deadline = time.monotonic() + self.grace
+            self._stopping.set()
+        else:
+            self._hard_stop = True
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        # The handler only sets flags: it runs between bytecodes of whatever the main thread
+        # does (a query, a step), so it must not touch the database or take locks.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.stop())
+
+    # -- the main loop ---------------------------------------------------------------------------
+
+    def _run_once(self) -> bool:
+        claim = workpool.claim(worker=self.name, queues=self.queues, db=self.db)
+        if claim is None:
+            return False
+        with self._current_lock:
+            self._current = claim
+        try:
+            if claim.kind == WorkItem.Kind.ADVANCE:
+                advance(claim, should_stop=self._stopping.is_set)
+            else:
+                logger.error("Work item %s has kind %r, which this worker cannot run.", claim.item_id, claim.kind)
+        except DB_ERRORS:
+            # Hand the run back so another worker (or we, once reconnected) goes on at once
+            # rather than after the lease; the release is fenced, so it is safe to try.
+            _close_connection(self.db)
+            try:
+                workpool.release(claim, run_status="pending")
+            except DB_ERRORS:
+                _close_connection(self.db)
+            raise
+        finally:
+            with self._current_lock:
+                self._current = None
+            self.processed += 1
+        return True
+
+    # -- maintenance: heartbeat, reaper, shutdown grace -----------------------------------------
+
+    def _maintain(self) -> None:
+        heartbeat = float(conf.get("HEARTBEAT_SECONDS"))
+        reaper = float(conf.get("REAPER_INTERVAL"))
+        tick = max(0.02, min(0.25, heartbeat / 4))
+        next_reap = time.monotonic() + random.uniform(0, reaper)
+        beats: dict = {}
+        try:
+            while not self._done.wait(tick):
+                now = time.monotonic()
+                if self._hard_stop or (self._stop_deadline is not None and now >= self._stop_deadline):
+                    self._abandon_and_exit()
+                with self._current_lock:
+                    claim = self._current
+                try:
+                    if claim is not None:
+                        last = beats.setdefault(claim.token, now)
+                        if now - last >= heartbeat:
+                            beats[claim.token] = now
+                            if not workpool.renew(claim):
+                                logger.warning("Worker %s lost its claim on run %s.", self.name, claim.run_id)
+                    else:
+                        beats.clear()
+                    if now >= next_reap:
+                        next_reap = now + reaper * random.uniform(0.8, 1.2)
+                        workpool.reap(db=self.db)
+                except DB_ERRORS as exc:
+                    logger.warning("Database error in maintenance of %s: %s", self.name, exc)
+                    _close_connection(self.db)
+                except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
+                    logger.exception("Maintenance of worker %s failed; going on.", self.name)
+        finally:
+            _close_connection(self.db)
+
+    def _abandon_and_exit(self) -> None:
+        """Release the run in flight (fenced) so another worker resumes it now, then exit 0."""
+        with self._current_lock:
+            claim = self._current
+        if claim is not None:
+            try:
+                if workpool.release(claim, run_status="pending"):
+                    logger.warning("Worker %s released run %s mid-step on shutdown.", self.name, claim.run_id)
+            except Exception:  # noqa: BLE001 - exiting anyway; the lease covers a failed release
+                logger.exception("Worker %s could not release run %s.", self.name, claim.run_id)
+        logging.shutdown()
+        os._exit(0)
+
+
+def _close_connection(db: str) -> None:
+    try:
+        connections[db].close()
+    except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone anyway
+        pass
+
+
+class Backoff:
+    """Jittered exponential back-off for retrying the database."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0):
+        self.first, self.cap, self.current = first, cap, first
+
+    def next(self) -> float:
+        delay = random.uniform(self.current / 2, self.current)
+        self.current = min(self.current * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.current = self.first
+
+
+class Waiter:
+    """Sleeps until work may be ready: a NOTIFY on PostgreSQL, a stop request, or the poll interval.
+
+    LISTEN needs a dedicated session; behind a transaction-mode pooler it silently hears
+    nothing, which only makes us slower: the poll interval keeps everything correct.
+    """
+
+    def __init__(self, db: str, wake_fd: int):
+        self.db = db
+        self.wake_fd = wake_fd
+        self.listener = None
+        self._listen_failed_at = 0.0
+
+    def _listen(self):
+        if self.listener is not None or connections[self.db].vendor != "postgresql":
+            return self.listener
+        if not conf.get("LISTEN_NOTIFY") or time.monotonic() - self._listen_failed_at < 10:
+            return None
+        try:
+            import psycopg
+
+            params = connections[self.db].get_connection_params()
+            params.pop("cursor_factory", None)
+            self.listener = psycopg.connect(**params, autocommit=True)
+            self.listener.execute(f"LISTEN {workpool.NOTIFY_CHANNEL}")
+        except Exception as exc:  # noqa: BLE001 - polling still works without notifications
+            logger.warning("LISTEN failed (%s); polling only.", exc)
+            self._listen_failed_at = time.monotonic()
+            self.close()
+        return self.listener
+
+    def wait(self, timeout: float) -> None:
+        listener = self._listen()
+        fds = [self.wake_fd] + ([listener.fileno()] if listener is not None else [])
+        try:
+            select.select(fds, [], [], timeout)
+            if listener is not None:
+                for _ in listener.notifies(timeout=0):
+                    pass
+        except Exception as exc:  # noqa: BLE001 - a dead listener is replaced on the next wait
+            logger.warning("Lost the LISTEN connection (%s); reconnecting.", exc)
+            self._listen_failed_at = time.monotonic()
+            self.close()
+        self._drain()
+
+    def sleep(self, seconds: float) -> None:
+        select.select([self.wake_fd], [], [], seconds)
+        self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self.wake_fd, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        if self.listener is not None:
+            try:
+                self.listener.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.listener = None

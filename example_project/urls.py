@@ -1,0 +1,11 @@
+"""URLs of the example project: the admin (the operator dashboard) and a small home page."""
+
+from django.contrib import admin
+from django.urls import path
+
+from example_project.orders import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,89 @@
+"""Settings of the test suite: SQLite by default, PostgreSQL when DURABLE_TEST_DATABASE_URL is set.
+
+Worker subprocesses started by the tests use these settings too, with DURABLE_TEST_DB_NAME
+pointing them at the test database the test run created.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = "tests-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_durable",
+    "tests.testapp",
+    "example_project.orders",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "example_project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+_url = os.environ.get("DURABLE_TEST_DATABASE_URL")
+if _url:
+    DATABASES = {"default": environ.Env.db_url_config(_url)}
+    DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DURABLE_TEST_DB_NAME", "test_durable")}
+else:
+    # A file, not :memory:, so that worker subprocesses see the same database.
+    _path = os.environ.get("DURABLE_TEST_SQLITE_PATH") or os.path.join(tempfile.gettempdir(), f"durable-test-{os.getpid()}.sqlite3")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _path,
+            "TEST": {"NAME": _path},
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+if os.environ.get("DURABLE_TEST_DB_NAME"):
+    # A worker subprocess: connect straight to the database the test run created.
+    DATABASES["default"]["NAME"] = os.environ["DURABLE_TEST_DB_NAME"]
+
+DURABLE_LEASE_SECONDS = float(os.environ.get("DURABLE_LEASE_SECONDS", 30))
+DURABLE_HEARTBEAT_SECONDS = float(os.environ.get("DURABLE_HEARTBEAT_SECONDS", 10))
+DURABLE_REAPER_INTERVAL = float(os.environ.get("DURABLE_REAPER_INTERVAL", 10))
+DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 0.2))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_durable": {"handlers": ["console"], "level": os.environ.get("DURABLE_LOG_LEVEL", "WARNING")}},
+}
