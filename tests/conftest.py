@@ -1,0 +1,141 @@
+"""Fixtures: the database vendor, worker subprocesses, and the checks every worker test ends with."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ON_POSTGRES = bool(os.environ.get("DURABLE_TEST_DATABASE_URL"))
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs PostgreSQL (set DURABLE_TEST_DATABASE_URL)")
+    for item in items:
+        if "postgres" in item.keywords and not ON_POSTGRES:
+            item.add_marker(skip)
+
+
+def wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
+    """Poll `predicate` until it returns something truthy; return it, or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"Timed out after {timeout}s waiting for {message}.")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """A real `manage.py durable_worker` process, in its own process group."""
+
+    def __init__(self, popen: subprocess.Popen, log_path: Path):
+        self.popen = popen
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.popen.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as a crash or an OOM kill would."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait(timeout=10)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"Worker {self.pid} did not exit within {timeout}s. Log:\n{self.log()}")
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def worker_env(transactional_db):
+    """Environment for worker subprocesses: the test database, short leases, quick reaping."""
+    from django.db import connection
+
+    env = os.environ.copy()
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DURABLE_TEST_DB_NAME=connection.settings_dict["NAME"],
+        DURABLE_LEASE_SECONDS="2",
+        DURABLE_HEARTBEAT_SECONDS="0.5",
+        DURABLE_REAPER_INTERVAL="0.5",
+        DURABLE_POLL_INTERVAL="0.1",
+        DURABLE_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("DURABLE_FAULTS", None)
+    return env
+
+
+@pytest.fixture
+def start_worker(worker_env, tmp_path):
+    """Start worker subprocesses; every one still running at the end of the test is SIGKILLed."""
+    workers: list[WorkerProcess] = []
+
+    def start(*args: str, concurrency: int = 1, burst: bool = True, faults: str = "", env=None):
+        command = [sys.executable, str(ROOT / "manage.py"), "durable_worker", "-c", str(concurrency)]
+        if burst:
+            command.append("--burst")
+        command.extend(args)
+        process_env = dict(worker_env, **(env or {}))
+        if faults:
+            process_env["DURABLE_FAULTS"] = faults
+        log_path = tmp_path / f"worker-{len(workers)}.log"
+        with open(log_path, "w") as log:
+            popen = subprocess.Popen(
+                command, cwd=ROOT, env=process_env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(popen, log_path)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        if worker.running():
+            worker.kill()
+
+
+def assert_settled():
+    """Every run is finished and no work item is left claimed or ready."""
+    from django_durable.models import WorkflowRun, WorkItem
+
+    unfinished = list(WorkflowRun.objects.unfinished().values_list("id", "status"))
+    assert unfinished == [], f"runs not finished: {unfinished}"
+    busy = list(WorkItem.objects.exclude(status__in=["completed", "failed"]).values_list("id", "status", "claimed_by"))
+    assert busy == [], f"work items still pending or claimed: {busy}"
+
+
+def ledger_counts(run_id) -> dict[str, int]:
+    from tests.testapp import ledger
+
+    return ledger.counts(run_id)
+
+
+@pytest.fixture(autouse=True)
+def side_effect_ledger(tmp_path, monkeypatch):
+    """Every test gets its own ledger file, which worker subprocesses inherit."""
+    monkeypatch.setenv("DURABLE_TEST_LEDGER", str(tmp_path / "ledger.txt"))

@@ -1,0 +1,10 @@
+"""Tables the tests' workflows write to."""
+
+from django.db import models
+
+
+class Payment(models.Model):
+    """Written by an atomic step; must exist exactly once per run."""
+
+    run_id = models.UUIDField()
+    amount = models.IntegerField()

@@ -1,0 +1,84 @@
+"""Workflows the test suite runs, in-process and in real worker subprocesses."""
+
+import os
+import time
+
+import django_durable as durable
+
+from . import ledger
+from .models import Payment
+
+
+def mark(run_id, step, value=None):
+    ledger.record(run_id, step)
+    return value if value is not None else step
+
+
+def mark_and_block(run_id, step, reached, release):
+    """Record the execution; on the first execution only, say so and wait for `release`."""
+    ledger.record(run_id, step)
+    if ledger.count(run_id, step) == 1:
+        open(reached, "a").close()
+        while not os.path.exists(release):
+            time.sleep(0.02)
+    return step
+
+
+def mark_and_sleep(run_id, step, seconds, reached=None):
+    """Record the execution; on the first execution only, sleep `seconds`."""
+    ledger.record(run_id, step)
+    if reached:
+        open(reached, "a").close()
+    if ledger.count(run_id, step) == 1:
+        time.sleep(seconds)
+    return step
+
+
+def pay(run_id, amount):
+    ledger.record(run_id, "pay")
+    Payment.objects.create(run_id=run_id, amount=amount)
+    return {"amount": amount}
+
+
+@durable.workflow("tests.three_steps")
+def three_steps(ctx, x=1):
+    a = ctx.step("a", mark, ctx.run_id, "a", x)
+    b = ctx.step("b", mark, ctx.run_id, "b", a + 1)
+    c = ctx.step("c", mark, ctx.run_id, "c", b + 1)
+    return [a, b, c]
+
+
+@durable.workflow("tests.five_steps")
+def five_steps(ctx):
+    return [ctx.step(f"s{i}", mark, ctx.run_id, f"s{i}", i) for i in range(5)]
+
+
+@durable.workflow("tests.block_in_b")
+def block_in_b(ctx, reached, release):
+    ctx.step("a", mark, ctx.run_id, "a")
+    ctx.step("b", mark_and_block, ctx.run_id, "b", reached, release)
+    ctx.step("c", mark, ctx.run_id, "c")
+    return "done"
+
+
+@durable.workflow("tests.sleep_in_b")
+def sleep_in_b(ctx, seconds, reached=None):
+    ctx.step("a", mark, ctx.run_id, "a")
+    ctx.step("b", mark_and_sleep, ctx.run_id, "b", seconds, reached)
+    ctx.step("c", mark, ctx.run_id, "c")
+    return "done"
+
+
+@durable.workflow("tests.atomic_pay")
+def atomic_pay(ctx, amount):
+    paid = ctx.step("pay", pay, ctx.run_id, amount, atomic=True)
+    ctx.step("after", mark, ctx.run_id, "after")
+    return paid
+
+
+@durable.workflow("tests.trivial")
+def trivial(ctx, n=10):
+    total = 0
+    for i in range(n):
+        total += ctx.step(f"s{i}", int, i)
+    return total
