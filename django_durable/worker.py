@@ -55,6 +55,7 @@ class Worker:
         maintenance = threading.Thread(target=self._maintain, name="durable-maintenance", daemon=True)
         maintenance.start()
         waiter = Waiter(self.db, self._wake_r)
+        waiter.listen()  # before the first claim, so no notification falls between the two
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff = Backoff()
         try:
@@ -109,7 +110,9 @@ class Worker:
             self._current = claim
         try:
             if claim.kind == WorkItem.Kind.ADVANCE:
-                advance(claim, should_stop=self._stopping.is_set)
+                outcome = advance(claim, should_stop=self._stopping.is_set)
+                if outcome == "lost":
+                    logger.warning("Worker %s lost its claim on run %s and abandoned it.", self.name, claim.run_id)
             else:
                 logger.error("Work item %s has kind %r, which this worker cannot run.", claim.item_id, claim.kind)
         except DB_ERRORS:
@@ -211,7 +214,7 @@ class Waiter:
         self.listener = None
         self._listen_failed_at = 0.0
 
-    def _listen(self):
+    def listen(self):
         if self.listener is not None or connections[self.db].vendor != "postgresql":
             return self.listener
         if not conf.get("LISTEN_NOTIFY") or time.monotonic() - self._listen_failed_at < 10:
@@ -230,7 +233,7 @@ class Waiter:
         return self.listener
 
     def wait(self, timeout: float) -> None:
-        listener = self._listen()
+        listener = self.listen()
         fds = [self.wake_fd] + ([listener.fileno()] if listener is not None else [])
         try:
             select.select(fds, [], [], timeout)

@@ -1,0 +1,293 @@
+"""Real `manage.py durable_worker` processes: completion, crashes, pauses, shutdown, many workers."""
+
+import signal
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+import django_durable as durable
+from django_durable.models import Step, WorkflowRun, WorkItem
+from tests.conftest import assert_settled, ledger_counts, wait_for
+from tests.testapp import ledger
+from tests.testapp.models import Payment
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_of(run):
+    return WorkflowRun.objects.get(pk=run.pk)
+
+
+def test_a_three_step_workflow_runs_once_through_a_worker_process(start_worker):
+    run = durable.start("tests.three_steps", x=1)
+    worker = start_worker()
+    assert worker.wait() == 0, worker.log()
+    assert run_of(run).status == "completed"
+    assert durable.wait(run.pk, timeout=1) == [1, 2, 3]
+    assert ledger_counts(run.pk) == {"a": 1, "b": 1, "c": 1}
+    log = worker.log()
+    assert f"Run {run.pk} of tests.three_steps started" in log
+    assert f"Run {run.pk} of tests.three_steps completed" in log
+    assert_settled()
+
+
+def test_sigkill_mid_step_then_a_fresh_worker_finishes_the_run(start_worker, tmp_path):
+    """RELIABILITY T01: step 1 once, step 2 twice (it was running), step 3 once."""
+    reached, release = tmp_path / "reached", tmp_path / "release"
+    run = durable.start("tests.block_in_b", str(reached), str(release))
+    first = start_worker(burst=False)
+    wait_for(reached.exists, message="step b to start")
+    first.kill()
+    assert ledger_counts(run.pk) == {"a": 1, "b": 1}
+    assert WorkItem.objects.get(run=run).status == "processing"  # until its lease expires
+
+    second = start_worker()
+    assert second.wait() == 0, second.log()
+    run = run_of(run)
+    assert run.status == "completed" and run.get_result() == "done"
+    assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}
+    assert list(Step.objects.filter(run=run).values_list("key", flat=True).order_by("seq")) == ["a", "b", "c"]
+    assert_settled()
+
+
+@pytest.mark.parametrize(
+    "fault, runs_of_b",
+    [
+        ("after_step_return=kill@b", 2),  # the step ran, nothing recorded: it runs again
+        ("before_checkpoint_commit=kill@b", 2),
+        ("after_checkpoint_commit=kill@b", 1),  # recorded: never runs again (T02)
+    ],
+)
+def test_killed_around_a_checkpoint(start_worker, fault, runs_of_b):
+    run = durable.start("tests.three_steps", x=1)
+    first = start_worker(faults=fault)
+    assert first.wait() == -signal.SIGKILL
+    second = start_worker()
+    assert second.wait() == 0, second.log()
+    assert durable.wait(run.pk, timeout=1) == [1, 2, 3]
+    assert ledger_counts(run.pk) == {"a": 1, "b": runs_of_b, "c": 1}
+    assert Step.objects.filter(run=run, key="b").count() == 1
+    assert_settled()
+
+
+def test_killed_before_the_commit_an_atomic_step_leaves_neither_write_nor_checkpoint(start_worker):
+    run = durable.start("tests.atomic_pay", amount=10)
+    first = start_worker(faults="before_checkpoint_commit=kill@pay")
+    assert first.wait() == -signal.SIGKILL
+    assert ledger_counts(run.pk) == {"pay": 1}  # the step ran and wrote, but did not commit
+    assert Payment.objects.filter(run_id=run.pk).count() == 0
+    assert not Step.objects.filter(run=run, key="pay").exists()
+
+    second = start_worker()
+    assert second.wait() == 0, second.log()
+    assert durable.wait(run.pk, timeout=1) == {"amount": 10}
+    assert ledger_counts(run.pk) == {"pay": 2, "after": 1}
+    assert Payment.objects.filter(run_id=run.pk).count() == 1
+    assert_settled()
+
+
+def snapshot():
+    """Everything a worker could have written, to compare before and after."""
+    return (
+        list(WorkflowRun.objects.order_by("id").values_list("id", "status", "result", "error", "updated_at", "finished_at")),
+        list(Step.objects.order_by("id").values_list("id", "run_id", "key", "status", "result", "finished_at")),
+        list(WorkItem.objects.order_by("id").values_list("id", "status", "claim_token", "claimed_by", "attempts", "claim_expires_at")),
+    )
+
+
+@pytest.mark.parametrize("pause", ["mid-step", "between steps"])
+def test_a_paused_worker_changes_nothing_after_its_run_was_taken_over(start_worker, tmp_path, pause):
+    """RELIABILITY T10: SIGSTOP until the lease expires; another worker takes over; SIGCONT.
+
+    Paused mid-step, the resumed worker's checkpoint is fenced out; paused right after a
+    checkpoint, it must not start the next step at all.
+    """
+    reached = tmp_path / "reached"
+    if pause == "mid-step":
+        run = durable.start("tests.sleep_in_b", 3, str(reached))
+        paused = start_worker("--name", "paused", burst=False)
+    else:
+        run = durable.start("tests.three_steps", x=1)
+        paused = start_worker(
+            "--name", "paused", burst=False, faults=f"after_checkpoint_commit=touch:{reached}+sleep:1@b"
+        )
+    wait_for(reached.exists, message="the worker to reach the pause point")
+    paused.signal(signal.SIGSTOP)
+    try:
+        taker = start_worker("--name", "taker")
+        assert taker.wait() == 0, taker.log()
+        assert run_of(run).status == "completed"
+        before = snapshot()
+    finally:
+        paused.signal(signal.SIGCONT)
+    wait_for(lambda: "lost its claim" in paused.log(), timeout=15, message="the resumed worker to notice")
+    time.sleep(1.0)  # let it try whatever it would try
+    assert snapshot() == before
+    by_paused = [step for run_id, step, pid in ledger.entries() if pid == paused.pid]
+    assert by_paused == ["a", "b"]  # it started no step after it resumed
+    assert ledger_counts(run.pk) == ({"a": 1, "b": 2, "c": 1} if pause == "mid-step" else {"a": 1, "b": 1, "c": 1})
+    assert paused.running()  # it abandoned the run, not its job
+    assert_settled()
+
+
+def test_sigterm_lets_the_step_finish_then_hands_the_run_back(start_worker, tmp_path):
+    """RELIABILITY T04: no new step after SIGTERM; the run is released, not left claimed."""
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 1.5, str(reached))
+    worker = start_worker(burst=False)
+    wait_for(reached.exists, message="step b to start")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.log()
+    assert ledger_counts(run.pk) == {"a": 1, "b": 1}  # b finished; c never started
+    item = WorkItem.objects.get(run=run)
+    assert (item.status, item.claim_token, item.claimed_by) == ("pending", None, "")
+    assert run_of(run).status == "pending"
+
+    second = start_worker()
+    assert second.wait() == 0, second.log()
+    assert ledger_counts(run.pk) == {"a": 1, "b": 1, "c": 1}
+    assert_settled()
+
+
+def test_sigterm_past_the_grace_releases_the_run_for_another_worker_at_once(start_worker, tmp_path):
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 30, str(reached))
+    long_lease = {"DURABLE_LEASE_SECONDS": "60", "DURABLE_HEARTBEAT_SECONDS": "5"}
+    worker = start_worker("--grace", "0.3", burst=False, env=long_lease)
+    wait_for(reached.exists, message="step b to start")
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.log()
+    assert time.monotonic() - started < 10
+    item = WorkItem.objects.get(run=run)
+    assert (item.status, item.claim_token) == ("pending", None)
+
+    second = start_worker(env=long_lease)  # with a 60 s lease, only a release lets it in now
+    assert second.wait(30) == 0, second.log()
+    assert durable.wait(run.pk, timeout=1) == "done"
+    assert_settled()
+
+
+def test_a_second_sigterm_exits_at_once(start_worker, tmp_path):
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 30, str(reached))
+    worker = start_worker("--grace", "60", burst=False)
+    wait_for(reached.exists, message="step b to start")
+    worker.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.log()
+    assert time.monotonic() - started < 5
+    assert WorkItem.objects.get(run=run).status == "pending"
+
+
+def test_concurrent_starts_with_one_idempotency_key_make_one_run():
+    """RELIABILITY T12."""
+    barrier = threading.Barrier(20)
+    ids, errors = [], []
+
+    def start():
+        try:
+            barrier.wait()
+            ids.append(durable.start("tests.three_steps", idempotency_key="order:7").pk)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=start) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(ids) == 20 and len(set(ids)) == 1
+    assert WorkflowRun.objects.count() == 1
+    assert WorkItem.objects.count() == 1
+
+
+@pytest.mark.postgres
+def test_many_runs_across_four_worker_processes(start_worker):
+    runs = [durable.start("tests.five_steps") for _ in range(500)]
+    worker = start_worker(concurrency=4)
+    assert worker.wait(240) == 0, worker.log()
+    assert WorkflowRun.objects.filter(status="completed").count() == 500
+    assert Step.objects.count() == 2500
+    executions = ledger.entries()
+    assert len(executions) == 2500
+    assert len({(run_id, step) for run_id, step, _ in executions}) == 2500  # none ran twice
+    assert {run_id for run_id, _, _ in executions} == {str(run.pk) for run in runs}
+    assert len({pid for _, _, pid in executions}) >= 2  # the work was shared
+    assert_settled()
+
+
+@pytest.mark.postgres
+def test_no_transaction_is_open_while_step_code_runs(start_worker, tmp_path):
+    """RELIABILITY T14: the worker's backends are never idle in transaction during a step."""
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 3, str(reached))
+    worker = start_worker()
+    wait_for(reached.exists, message="step b to start")
+    samples = []
+    with connection.cursor() as cursor:
+        for _ in range(10):
+            cursor.execute(
+                "SELECT state, EXTRACT(EPOCH FROM now() - xact_start) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
+            )
+            samples.extend(cursor.fetchall())
+            time.sleep(0.15)
+        assert samples, "the worker's connections should be visible"
+        assert [s for s in samples if s[0] == "idle in transaction"] == []
+        assert [s for s in samples if s[1] is not None and s[1] > 1.0] == []
+        # The run's row is not locked: an update and an insert that references it go through.
+        cursor.execute("SET lock_timeout = '1s'")
+        cursor.execute("UPDATE durable_workflow_run SET updated_at = now() WHERE id = %s", [run.pk])
+        cursor.execute(
+            "INSERT INTO durable_timer (kind, run_id, step_key, fire_at, status, created_at) "
+            "VALUES ('sleep', %s, 'probe', now(), 'cancelled', now())",
+            [run.pk],
+        )
+        cursor.execute("RESET lock_timeout")
+    assert worker.wait() == 0, worker.log()
+    assert run_of(run).status == "completed"
+
+
+@pytest.mark.postgres
+def test_notify_wakes_an_idle_worker_at_once(start_worker):
+    worker = start_worker(burst=False, env={"DURABLE_POLL_INTERVAL": "30"})
+    wait_for(lambda: "started (queues" in worker.log(), message="the worker to start")
+    started = time.monotonic()
+    run = durable.start("tests.three_steps", x=1)
+    assert durable.wait(run.pk, timeout=10) == [1, 2, 3]
+    assert time.monotonic() - started < 5  # far below the 30 s poll interval
+
+
+def test_polling_finds_work_without_notifications(start_worker):
+    """What a worker behind a transaction-mode pooler sees: no NOTIFY ever arrives."""
+    worker = start_worker(burst=False, env={"DURABLE_POLL_INTERVAL": "0.5", "DURABLE_LISTEN_NOTIFY": "0"})
+    wait_for(lambda: "started (queues" in worker.log(), message="the worker to start")
+    run = durable.start("tests.three_steps", x=1)
+    assert durable.wait(run.pk, timeout=15) == [1, 2, 3]
+    assert "LISTEN" not in worker.log()
+
+
+def test_supervisor_replaces_a_worker_process_that_dies(start_worker, tmp_path):
+    import os
+
+    worker = start_worker(concurrency=2, burst=False)
+    wait_for(lambda: worker.log().count("started (queues") >= 2, message="two workers")
+    children = [int(pid) for pid in os.popen(f"pgrep -P {worker.pid}").read().split()]
+    assert len(children) == 2
+    os.kill(children[0], signal.SIGKILL)
+    wait_for(lambda: worker.log().count("started (queues") >= 3, message="a replacement worker")
+    run = durable.start("tests.three_steps", x=1)
+    assert durable.wait(run.pk, timeout=15) == [1, 2, 3]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert os.popen(f"pgrep -P {worker.pid}").read().split() == []
+
