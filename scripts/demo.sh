@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The example project on SQLite: a worker, the development server and a few example runs.
+# Ctrl-C stops everything this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+PORT=${PORT:-8000}
+export DJANGO_SETTINGS_MODULE=example_project.settings
+export DATABASE_URL=${DEMO_DATABASE_URL:-sqlite:///$(pwd)/db.sqlite3}
+
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  echo
+  echo "Stopping the worker and the server..."
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  echo "Stopped."
+}
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+"$PY" manage.py migrate --noinput -v 0
+if DJANGO_SUPERUSER_PASSWORD=demo "$PY" manage.py createsuperuser --noinput \
+     --username demo --email demo@example.com >/dev/null 2>&1; then
+  echo "Created the demo superuser."
+fi
+
+"$PY" manage.py durable_worker --concurrency 2 &
+pids+=($!)
+"$PY" manage.py runserver "127.0.0.1:$PORT" --noreload &
+pids+=($!)
+
+for _ in $(seq 1 100); do
+  if "$PY" -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/', timeout=1)" 2>/dev/null; then
+    break
+  fi
+  sleep 0.2
+done
+
+"$PY" manage.py start_examples
+
+cat <<TXT
+
+  django-durable demo is running.
+
+  Example runs:   http://127.0.0.1:$PORT/
+  Operator admin: http://127.0.0.1:$PORT/admin/django_durable/workflowrun/
+  Log in as:      demo / demo
+
+  Start more runs:  .venv/bin/python manage.py start_examples
+  Press Ctrl-C to stop the worker and the server.
+
+TXT
+wait

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run the whole suite on SQLite, then on PostgreSQL; fail if either fails.
+#
+# PostgreSQL: DURABLE_TEST_DATABASE_URL if set, else a throwaway server in a temporary
+# directory, stopped and removed at the end whatever happens. Extra arguments go to pytest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+
+pg_dir=""
+cleanup() {
+  if [ -n "$pg_dir" ]; then scripts/pg-server.sh stop "$pg_dir"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+status=0
+echo "=== django-durable tests on SQLite ==="
+env -u DURABLE_TEST_DATABASE_URL "$PY" -m pytest "$@" || status=$?
+
+url=${DURABLE_TEST_DATABASE_URL:-}
+if [ -z "$url" ]; then
+  pg_dir=$(mktemp -d /tmp/durable-pg.XXXXXX)
+  url=$(scripts/pg-server.sh start "$pg_dir") || { echo "could not start PostgreSQL" >&2; exit 1; }
+fi
+echo "=== django-durable tests on PostgreSQL ($url) ==="
+DURABLE_TEST_DATABASE_URL=$url "$PY" -m pytest "$@" || status=$?
+
+if [ "$status" -ne 0 ]; then
+  echo "=== FAILED (exit $status) ===" >&2
+fi
+exit "$status"

@@ -1,0 +1,83 @@
+"""System checks: the settings and database options django-durable needs."""
+
+import pytest
+from django.core import checks
+
+from django_durable import checks as durable_checks
+
+
+def ids(messages):
+    return sorted(m.id for m in messages)
+
+
+def test_the_test_settings_pass():
+    assert durable_checks.check_settings() == []
+
+
+def test_use_tz_is_required(settings):
+    settings.USE_TZ = False
+    assert "django_durable.E001" in ids(durable_checks.check_settings())
+
+
+def test_an_unknown_database_alias(settings):
+    settings.DURABLE_DATABASE = "nope"
+    assert ids(durable_checks.check_settings()) == ["django_durable.E002"]
+
+
+def test_unsupported_database_engine(settings):
+    with pytest.warns(UserWarning, match="Overriding setting DATABASES"):
+        settings.DATABASES = {**settings.DATABASES, "default": {"ENGINE": "django.db.backends.mysql"}}
+    assert "django_durable.E003" in ids(durable_checks.check_settings())
+
+
+@pytest.mark.parametrize("name, value", [("LEASE_SECONDS", 0), ("POLL_INTERVAL", "1"), ("MAX_DELIVERIES", -1)])
+def test_timing_settings_must_be_positive_numbers(settings, name, value):
+    setattr(settings, f"DURABLE_{name}", value)
+    messages = durable_checks.check_settings()
+    assert "django_durable.E004" in ids(messages)
+    assert repr(value) in " ".join(m.msg for m in messages)
+
+
+def test_heartbeat_must_fit_in_the_lease(settings):
+    settings.DURABLE_LEASE_SECONDS = 10
+    settings.DURABLE_HEARTBEAT_SECONDS = 6
+    assert ids(durable_checks.check_settings()) == ["django_durable.E005"]
+
+
+def test_sqlite_without_immediate_transactions_is_warned(settings):
+    default = dict(settings.DATABASES["default"])
+    if not default["ENGINE"].endswith("sqlite3"):
+        pytest.skip("SQLite only")
+    default["OPTIONS"] = {}
+    with pytest.warns(UserWarning, match="Overriding setting DATABASES"):
+        settings.DATABASES = {**settings.DATABASES, "default": default}
+    messages = durable_checks.check_settings()
+    assert ids(messages) == ["django_durable.W001"]
+    assert "transaction_mode" in messages[0].hint
+
+
+@pytest.mark.django_db
+def test_sqlite_outside_wal_mode_is_warned(tmp_path, monkeypatch):
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    wrapper = DatabaseWrapper({
+        "ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "plain.sqlite3"), "OPTIONS": {},
+        "TIME_ZONE": None, "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False, "AUTOCOMMIT": True,
+        "ATOMIC_REQUESTS": False, "USER": "", "PASSWORD": "", "HOST": "", "PORT": "", "TEST": {},
+    })
+    monkeypatch.setattr(durable_checks, "connections", {"default": wrapper})
+    try:
+        messages = durable_checks.check_sqlite_journal(databases=["default"])
+        assert ids(messages) == ["django_durable.W002"]
+        assert "'delete'" in messages[0].msg and "journal_mode=WAL" in messages[0].hint
+        with wrapper.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        assert durable_checks.check_sqlite_journal(databases=["default"]) == []
+        assert durable_checks.check_sqlite_journal(databases=None) == []  # only when asked
+    finally:
+        wrapper.close()
+
+
+def test_checks_are_registered():
+    registered = checks.registry.registry.get_checks(include_deployment_checks=False)
+    assert durable_checks.check_settings in registered
