@@ -28,14 +28,20 @@ def db_now():
     return Now()
 
 
-def now_sql(vendor: str) -> tuple[str, list]:
-    """Return SQL for "now" on `vendor`, and its parameters, for hand-written statements."""
+def now_sql(vendor: str) -> str:
+    """Return SQL for "now" on `vendor`, for hand-written statements.
+
+    A frozen test time is written as a literal: it is a datetime this module formatted, never
+    user input.
+    """
     if _frozen is not None:
-        return "%s", [_frozen if vendor == "postgresql" else _sqlite_text(_frozen)]
+        if vendor == "postgresql":
+            return f"'{_frozen.isoformat()}'::timestamptz"
+        return f"'{_sqlite_text(_frozen)}'"
     if vendor == "postgresql":
-        return "now()", []
+        return "statement_timestamp()"  # what Django's Now() uses on PostgreSQL
     # The format Django's SQLite backend stores datetimes in, so comparisons stay textual.
-    return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')", []
+    return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
 
 
 def _sqlite_text(value: dt.datetime) -> str:

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_NOTIFY": True,
     # The largest encoded input, result, signal or event payload accepted, in bytes.
     "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024,
+    # Prepare the worker's own hot-path statements on PostgreSQL. Turn off behind a
+    # transaction-mode pooler that cannot keep prepared statements (PgBouncer before 1.21).
+    "PREPARED_STATEMENTS": True,
     # Which database alias holds the durable tables.
     "DATABASE": "default",
     # Named fault points for the fault tests ("point=action;point=action"); off in production.

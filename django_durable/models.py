@@ -188,7 +188,9 @@ class WorkItem(models.Model):
     wake = models.BooleanField(
         default=False, help_text="Set when a wakeup arrives while the item is being processed."
     )
-    claim_token = models.UUIDField(null=True, blank=True)
+    claim_token = models.UUIDField(
+        null=True, blank=True, help_text="Set while, and only while, the item is processing."
+    )
     claimed_by = models.CharField(max_length=200, blank=True, default="")
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")

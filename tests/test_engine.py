@@ -305,7 +305,7 @@ def test_a_worker_that_lost_its_claim_writes_nothing():
         attempts=1, started_at=dt.datetime.now(dt.timezone.utc), finished_at=dt.datetime.now(dt.timezone.utc),
     )
     with pytest.raises(LeaseLost):
-        workpool.record_step(stale, record)
+        workpool.record_steps(stale, [record])
     assert not workpool.renew(stale)
     assert not workpool.finish_run(stale, status="completed", result="1", error=None)
     assert not workpool.release(stale, run_status="pending")
@@ -392,3 +392,27 @@ def test_the_example_workflow_charges_once_in_one_transaction():
     assert result["tracking"].startswith("TRACK-PARCEL-")
     assert ShopPayment.objects.filter(order=order).count() == 1
     assert Order.objects.get(pk=order.pk).status == "shipped"
+
+
+@pytest.mark.postgres
+def test_workers_prepare_their_statements_and_survive_losing_them(settings, monkeypatch):
+    """A pooler in transaction mode loses prepared statements; the worker goes on unprepared."""
+    from django.db import connection
+
+    from django_durable.workpool import postgres
+
+    monkeypatch.setattr(postgres, "_prepare", True)
+    settings.DEBUG = False
+    for _ in range(3):
+        durable.start("tests.trivial", n=3)
+    drain()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone()[0] >= 2
+    # What a transaction-mode pooler does behind our back: the session loses the statements
+    # without psycopg seeing a DEALLOCATE go by.
+    connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
+    runs = [durable.start("tests.trivial", n=3) for _ in range(3)]
+    drain()
+    assert postgres._prepare is False
+    assert [durable.wait(run.pk, timeout=1) for run in runs] == [3, 3, 3]

@@ -64,7 +64,7 @@ class Context:
         entry = self._journal.get(key)
         if entry is not None:
             return self._replay(key, entry, "step", name)
-        self._session.check()
+        self._session.before_step()
         started = self._session.now()
         if faults.active:
             faults.hit("before_step_call", key)
@@ -77,11 +77,8 @@ class Context:
         if faults.active:
             faults.hit("after_step_return", key)
         text = self._encode_result(key, name, started, value)
-        if faults.active:
-            faults.hit("before_checkpoint_commit", key)
+        # Buffered: it commits before the next step starts, or with the run's outcome.
         self._record(key, "step", name, "completed", text, None, started)
-        if faults.active:
-            faults.hit("after_checkpoint_commit", key)
         return serialization.decode(text)
 
     def _run_atomic(self, key, name, started, fn, args, kwargs):
@@ -94,7 +91,7 @@ class Context:
                     text = self._encode(value, key)
                 except Exception as exc:
                     raise _StepRaised from exc  # roll the step's writes back
-                self._record(key, "step", name, "completed", text, None, started)
+                self._record(key, "step", name, "completed", text, None, started, now=True)
                 if faults.active:
                     faults.hit("before_checkpoint_commit", key)
         except _StepRaised as raised:
@@ -119,11 +116,11 @@ class Context:
         self._record(key, "step", name, "failed", None, text, started)
         raise StepFailed(key, serialization.decode(text)) from exc
 
-    def _record(self, key, kind, name, status, result, error, started):
+    def _record(self, key, kind, name, status, result, error, started, *, now=False):
         seq = self._next_seq
         self._session.record(
             key=key, seq=seq, kind=kind, name=name, status=status, result=result, error=error,
-            started_at=started,
+            started_at=started, now=now,
         )
         self._next_seq = seq + 1
         self._journal[key] = Entry(seq, kind, name, status, result, error)
@@ -160,7 +157,6 @@ class Context:
         entry = self._journal.get(key)
         if entry is not None:
             return self._replay(key, entry, "note", what)
-        self._session.check()
         text = serialization.encode(make())
         self._record(key, "note", what, "completed", text, None, self._session.now())
         return serialization.decode(text)

@@ -1,0 +1,257 @@
+"""The benchmark harness: `python bench/run.py` prints a table of throughput, latency and query counts.
+
+Runs on PostgreSQL (DATABASE_URL). Every figure is the median of --repeat runs, and the raw
+SKIP LOCKED ceiling is measured in the same run, so ratios hold on a noisy shared machine.
+
+  ceiling  plain psycopg, N processes, each claiming and completing one row per commit
+  W1       2,000 workflows of 10 trivial steps enqueued up front, N worker processes
+  W2       200 one-step workflows started one at a time on an idle worker: start() to result
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+import django_durable as durable  # noqa: E402
+from django_durable import workpool  # noqa: E402
+from django_durable.engine.replay import advance  # noqa: E402
+
+DURABLE_TABLES = "durable_step, durable_work_item, durable_timer, durable_workflow_run"
+
+
+def psycopg_url() -> str:
+    return os.environ["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
+
+
+def truncate() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {DURABLE_TABLES} CASCADE")
+        cursor.execute("VACUUM ANALYZE durable_work_item")
+
+
+# -- the ceiling: a raw SKIP LOCKED queue in plain psycopg ---------------------------------------
+
+
+def _raw_worker(url, barrier, results):
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        barrier.wait()
+        done, started = 0, time.perf_counter()
+        while True:
+            with conn.transaction():
+                row = conn.execute(
+                    "SELECT id FROM bench_raw WHERE status = 'pending' ORDER BY id "
+                    "LIMIT 1 FOR UPDATE SKIP LOCKED"
+                ).fetchone()
+                if row is None:
+                    break
+                conn.execute("UPDATE bench_raw SET status = 'done' WHERE id = %s", row)
+            done += 1
+        results.put((done, time.perf_counter() - started))
+
+
+def raw_ceiling(rows: int, processes: int) -> float:
+    """Rows per second that `processes` plain psycopg loops claim and complete."""
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS bench_raw")
+        cursor.execute("CREATE TABLE bench_raw (id bigserial PRIMARY KEY, status text NOT NULL, payload text)")
+        cursor.execute("CREATE INDEX bench_raw_pending ON bench_raw (id) WHERE status = 'pending'")
+        cursor.execute(
+            "INSERT INTO bench_raw (status, payload) SELECT 'pending', 'x' FROM generate_series(1, %s)", [rows]
+        )
+        cursor.execute("VACUUM ANALYZE bench_raw")
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_raw_worker, args=(psycopg_url(), barrier, results)) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    total = sum(done for done, _ in outcomes)
+    assert total == rows, (total, rows)
+    return total / max(elapsed for _, elapsed in outcomes)
+
+
+# -- W1: throughput of enqueued workflows ----------------------------------------------------------
+
+
+def worker_command(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), "durable_worker", *args]
+
+
+def worker_env(**extra: str) -> dict:
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", **extra}
+
+
+def w1(runs: int, steps: int, processes: int) -> dict:
+    truncate()
+    for _ in range(runs):
+        durable.start("bench.ten_steps", n=steps)
+    connections.close_all()
+    subprocess.run(worker_command("--burst", "-c", str(processes), "-v", "0"), env=worker_env(), check=True, cwd=ROOT)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE status = 'completed'), "
+            "EXTRACT(EPOCH FROM max(finished_at) - min(started_at)) FROM durable_workflow_run"
+        )
+        completed, elapsed = cursor.fetchone()
+        cursor.execute("SELECT count(*) FROM durable_step")
+        (recorded,) = cursor.fetchone()
+    assert completed == runs and recorded == runs * steps, (completed, recorded)
+    elapsed = float(elapsed)
+    return {"workflows_per_s": runs / elapsed, "steps_per_s": runs * steps / elapsed, "seconds": elapsed}
+
+
+# -- W2: latency of one workflow on an idle worker -------------------------------------------------
+
+
+def w2(runs: int) -> dict:
+    truncate()
+    connections.close_all()
+    worker = subprocess.Popen(worker_command("-c", "1", "-v", "0"), env=worker_env(), cwd=ROOT)
+    try:
+        time.sleep(2.0)  # started and listening
+        client, server = [], []
+        for _ in range(runs):
+            started = time.perf_counter()
+            run = durable.start("bench.one_step")
+            durable.wait(run.pk, timeout=30)
+            client.append(time.perf_counter() - started)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM finished_at - created_at) FROM durable_workflow_run")
+            server = [float(row[0]) for row in cursor.fetchall()]
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    return {
+        "p50_ms": 1000 * statistics.median(client),
+        "p95_ms": 1000 * quantile(client, 0.95),
+        "server_p50_ms": 1000 * statistics.median(server),
+        "server_p95_ms": 1000 * quantile(server, 0.95),
+    }
+
+
+def quantile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+# -- queries per step and per claim ------------------------------------------------------------------
+
+
+def query_counts() -> dict:
+    truncate()
+    commits = {"n": 0}
+    real_commit = connection._commit
+
+    def counting_commit(*args, **kwargs):
+        commits["n"] += 1
+        return real_commit(*args, **kwargs)
+
+    def measure(steps):
+        durable.start("bench.ten_steps", n=steps)
+        connection._commit = counting_commit
+        commits["n"] = 0
+        try:
+            with CaptureQueriesContext(connection) as captured:
+                advance(workpool.claim(worker="bench", queues=None, db="default"))
+        finally:
+            connection._commit = real_commit
+        return len(captured.captured_queries), commits["n"]
+
+    measure(10)  # warm up: the claim's locking query is compiled once per process
+    ten, ten_commits = measure(10)
+    twenty, _ = measure(20)
+    durable.start("bench.one_step")
+    with CaptureQueriesContext(connection) as captured:
+        claim = workpool.claim(worker="bench", queues=None, db="default")
+    assert claim is not None
+    truncate()
+    per_step = (twenty - ten) / 10
+    return {
+        "per_step": per_step,
+        "per_claim": len(captured.captured_queries),
+        "per_10_step_workflow": ten,
+        # In autocommit every statement is its own transaction; explicit ones add their BEGIN
+        # and COMMIT to the count of statements.
+        "explicit_transactions_per_workflow": ten_commits,
+    }
+
+
+# -- the table -----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--w1-runs", type=int, default=2000)
+    parser.add_argument("--w2-runs", type=int, default=200)
+    parser.add_argument("--raw-rows", type=int, default=10000)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        sys.exit("The benchmarks run on PostgreSQL: set DATABASE_URL to a postgres:// URL.")
+    call_command("migrate", verbosity=0)
+
+    samples: dict[str, list[float]] = {}
+    for i in range(args.repeat):
+        figures = {"ceiling_rows_per_s": raw_ceiling(args.raw_rows, args.processes)}
+        figures.update({f"w1_{k}": v for k, v in w1(args.w1_runs, 10, args.processes).items()})
+        figures.update({f"w2_{k}": v for k, v in w2(args.w2_runs).items()})
+        for key, value in figures.items():
+            samples.setdefault(key, []).append(value)
+        print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.1f}" for k, v in figures.items()), file=sys.stderr)
+    median = {key: statistics.median(values) for key, values in samples.items()}
+    median["w1_vs_ceiling"] = median["w1_steps_per_s"] / median["ceiling_rows_per_s"]
+    queries = query_counts()
+
+    rows = [
+        ("ceiling: raw SKIP LOCKED, rows/s", f"{median['ceiling_rows_per_s']:.0f}"),
+        ("W1 workflows/s", f"{median['w1_workflows_per_s']:.0f}"),
+        ("W1 steps/s", f"{median['w1_steps_per_s']:.0f}"),
+        ("W1 steps/s as a share of the ceiling", f"{100 * median['w1_vs_ceiling']:.0f}%"),
+        ("W2 start() to result, p50", f"{median['w2_p50_ms']:.1f} ms"),
+        ("W2 start() to result, p95", f"{median['w2_p95_ms']:.1f} ms"),
+        ("W2 created to finished (database), p50", f"{median['w2_server_p50_ms']:.1f} ms"),
+        ("W2 created to finished (database), p95", f"{median['w2_server_p95_ms']:.1f} ms"),
+        ("queries per step", f"{queries['per_step']:g}"),
+        ("queries per claim", f"{queries['per_claim']}"),
+        ("queries per 10-step workflow", f"{queries['per_10_step_workflow']}"),
+        ("explicit transactions per 10-step workflow", f"{queries['explicit_transactions_per_workflow']}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print(f"\nPostgreSQL, {args.processes} worker processes, median of {args.repeat} runs\n")
+    print(f"{'figure':<{width}}  value")
+    print(f"{'-' * width}  -------")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    if args.json:
+        args.json.write_text(json.dumps({"median": median, "samples": samples, "queries": queries}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""The workpool: claiming work items, leases, fenced writes, release, wakeups and reaping.
+
+This package is the only code that locks rows. Every write a worker makes after a claim is
+conditioned on the claim token it got, so a worker that lost its lease (paused, partitioned, too
+slow) changes nothing. Times are the database's (see clock.py).
+
+The hot path (claim, journal writes, finish, release) has one implementation per database:
+``postgres`` does each in a single statement, ``sqlite`` with compare-and-set updates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import connections, transaction
+from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
+
+from .. import clock, conf, faults, serialization
+from ..interrupts import LeaseLost
+from ..models import Step, WorkflowRun, WorkItem
+from . import postgres, sqlite
+
+logger = logging.getLogger("django_durable.worker")
+
+NOTIFY_CHANNEL = "durable_work"
+
+Status = WorkItem.Status
+RunStatus = WorkflowRun.Status
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A journal entry to write: what a step (or a recorded value) produced."""
+
+    key: str
+    seq: int
+    kind: str
+    name: str
+    status: str
+    result: str | None
+    error: str | None
+    attempts: int
+    started_at: dt.datetime
+    finished_at: dt.datetime
+
+
+@dataclass
+class RunState:
+    """What replay needs of a run, read in the same statement that claimed it (PostgreSQL)."""
+
+    workflow: str
+    input: str
+    attempt: int
+    journal: list  # [key, seq, kind, name, status, result, error] per recorded entry
+
+
+@dataclass
+class Claim:
+    """A worker's hold on one work item, valid while its lease lasts."""
+
+    item_id: int
+    kind: str
+    run_id: uuid.UUID | None
+    step_key: str
+    attempts: int
+    token: uuid.UUID
+    worker: str
+    db: str
+    valid_until: float  # time.monotonic() by which the lease is surely still ours
+    run: RunState | None = None  # None: the run finished (or vanished) before this claim
+    lost: bool = field(default=False)
+
+    def alive(self) -> bool:
+        """Return True while the lease surely holds; a False is final."""
+        if not self.lost and time.monotonic() >= self.valid_until:
+            self.lost = True
+        return not self.lost
+
+    def fence(self):
+        """The work item, only while this claim still owns it."""
+        return WorkItem.objects.using(self.db).filter(
+            id=self.item_id, claim_token=self.token, status=Status.PROCESSING
+        )
+
+
+def _backend(db: str):
+    return postgres if connections[db].vendor == "postgresql" else sqlite
+
+
+def lease_seconds() -> float:
+    return float(conf.get("LEASE_SECONDS"))
+
+
+def _valid_until(started: float) -> float:
+    # Counted from before the statement that set the lease, so it ends no later than the
+    # database's deadline; the margin covers clock-rate drift between the two machines.
+    lease = lease_seconds()
+    return started + lease - min(2.0, lease * 0.05)
+
+
+def claim(*, worker: str, queues: list[str] | None, db: str) -> Claim | None:
+    """Claim the next ready work item for `worker`; return the Claim (with its run) or None."""
+    token = uuid.uuid4()
+    started = time.monotonic()
+    row = _backend(db).claim(worker=worker[:200], queues=queues, db=db, token=token, lease=lease_seconds())
+    if row is None:
+        return None
+    item_id, kind, run_id, step_key, attempts, run = row
+    if faults.active:
+        faults.hit("after_claim_commit")
+    return Claim(
+        item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
+        token=token, worker=worker, db=db, valid_until=_valid_until(started), run=run,
+    )
+
+
+def record_steps(claim: Claim, records: list[StepRecord]) -> None:
+    """Write `records` to the journal if `claim` still holds; raise LeaseLost otherwise.
+
+    One statement; inside an atomic=True step it joins the step's transaction.
+    """
+    if records and _backend(claim.db).record_steps(claim, records) != len(records):
+        claim.lost = True
+        raise LeaseLost(f"claim {claim.token} no longer holds; {records[0].key!r} not recorded")
+
+
+def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None,
+               records: list[StepRecord] = ()) -> bool:
+    """Record the last journal entries and the run's outcome, and free its work item.
+
+    Fenced and atomic; return False (writing nothing) if the claim is lost.
+    """
+    if faults.active:
+        faults.hit("before_terminal_commit")
+    if not _backend(claim.db).finish_run(claim, status=status, result=result, error=error, records=list(records)):
+        claim.lost = True
+        return False
+    return True
+
+
+def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = ()) -> bool:
+    """Hand the run back, fenced: it waits (`waiting`) or goes back to the queue (`pending`).
+
+    A waiting run's item goes idle unless a wakeup arrived meanwhile; a pending run's item is
+    ready again at once. Return False (writing nothing) if the claim was already lost.
+    """
+    requeue = run_status == RunStatus.PENDING
+    if not _backend(claim.db).release(
+        claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
+        notify=requeue and conf.get("LISTEN_NOTIFY"),
+    ):
+        claim.lost = True
+        return False
+    return True
+
+
+def renew(claim: Claim) -> bool:
+    """Extend the lease of `claim`; return False (and mark it lost) if it is no longer ours."""
+    if claim.lost:
+        return False
+    started = time.monotonic()
+    if claim.fence().update(claim_expires_at=lease_expiry()) != 1:
+        claim.lost = True
+        return False
+    claim.valid_until = _valid_until(started)
+    if faults.active:
+        faults.hit("after_heartbeat")
+    return True
+
+
+def lease_expiry():
+    return ExpressionWrapper(
+        clock.db_now() + Value(dt.timedelta(seconds=lease_seconds())), output_field=DateTimeField()
+    )
+
+
+# -- wakeups ----------------------------------------------------------------------------------
+
+
+def wake(run_id, *, db: str) -> None:
+    """Make the run's advance item ready; if it is being processed, flag it to run again."""
+    WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).update(
+        status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
+        available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
+        wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
+    )
+    notify(db)
+
+
+def notify(db: str) -> None:
+    """On PostgreSQL, wake idle workers when the current transaction commits (a hint only)."""
+    connection = connections[db]
+    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+
+def reap(*, db: str, batch: int = 100) -> int:
+    """Return expired claims to pending, or fail them past DURABLE_MAX_DELIVERIES; return the count.
+
+    Safe to run from every worker at once: rows are locked with SKIP LOCKED on PostgreSQL and
+    each UPDATE re-checks that the claim is still expired.
+    """
+    max_deliveries = int(conf.get("MAX_DELIVERIES"))
+    with transaction.atomic(using=db):
+        qs = WorkItem.objects.using(db).expired()
+        if connections[db].vendor == "postgresql":
+            qs = qs.select_for_update(skip_locked=True, no_key=True)
+        rows = list(qs.values_list("id", "run_id", "attempts", "claimed_by")[:batch])
+        if not rows:
+            return 0
+        if faults.active:
+            faults.hit("sweeper_after_select")
+        poison = [r for r in rows if r[2] >= max_deliveries]
+        again = [r for r in rows if r[2] < max_deliveries]
+        if again:
+            WorkItem.objects.using(db).expired().filter(id__in=[r[0] for r in again]).update(
+                status=Status.PENDING,
+                claim_token=None,
+                claimed_by="",
+                claim_expires_at=None,
+                available_at=clock.db_now(),
+                last_error="The worker's lease expired before it finished; delivered again.",
+            )
+            WorkflowRun.objects.using(db).filter(
+                id__in=[r[1] for r in again], status=RunStatus.RUNNING
+            ).update(status=RunStatus.PENDING, updated_at=clock.db_now())
+            notify(db)
+        for item_id, run_id, attempts, claimed_by in poison:
+            _fail_poison(db, item_id, run_id, attempts, claimed_by)
+    logger.warning("Returned %d expired claim(s) to the queue, failed %d.", len(again), len(poison))
+    return len(rows)
+
+
+class WorkerLost(Exception):
+    """The run's worker died on it too many times (recorded as the run's error)."""
+
+
+def _fail_poison(db, item_id, run_id, attempts, claimed_by) -> None:
+    last = Step.objects.using(db).filter(run_id=run_id).order_by("-seq").values_list("key", flat=True).first()
+    where = f"after step {last!r}" if last else "before its first step"
+    message = (
+        f"The worker was lost {attempts} times while advancing this run ({where}); the last "
+        f"worker was {claimed_by!r}. It ran out of deliveries (DURABLE_MAX_DELIVERIES="
+        f"{conf.get('MAX_DELIVERIES')})."
+    )
+    changed = WorkItem.objects.using(db).expired().filter(id=item_id).update(
+        status=Status.FAILED, claim_token=None, claim_expires_at=None, last_error=message
+    )
+    if changed and run_id is not None:
+        WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
+            status=RunStatus.FAILED,
+            error=serialization.dumps_error(WorkerLost(message)),
+            finished_at=clock.db_now(),
+            updated_at=clock.db_now(),
+            waiting_on="",
+        )
+    logger.error("Run %s failed: %s", run_id, message)
+
+
+def pending_work(*, queues: list[str] | None, db: str) -> bool:
+    """Return True while work is ready now or claimed by some worker (a burst worker waits)."""
+    qs = WorkItem.objects.using(db)
+    if queues:
+        qs = qs.filter(queue__in=queues)
+    ready = qs.filter(status=Status.PENDING, available_at__lte=clock.db_now())
+    return ready.exists() or qs.filter(status=Status.PROCESSING).exists()

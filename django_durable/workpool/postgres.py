@@ -1,0 +1,229 @@
+"""The workpool's hot path on PostgreSQL: every operation is one statement, one round trip, one commit.
+
+Each statement runs in autocommit mode, so it is its own short transaction: no row lock outlives
+it and no transaction stays open while user code runs. Data-modifying CTEs let one statement
+claim a row, mark its run and read the run's journal, or fence, record and finish together.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import DatabaseError, connections, transaction
+
+from .. import clock, conf
+from ..models import WorkflowRun, WorkItem
+
+_TERMINAL = ", ".join(f"'{status}'" for status in sorted(WorkflowRun.TERMINAL))
+
+_STEP_COLUMNS = (
+    ("run_id", "uuid"),
+    ("key", "varchar"),
+    ("seq", "integer"),
+    ("kind", "varchar"),
+    ("name", "varchar"),
+    ("status", "varchar"),
+    ("result", "text"),
+    ("error", "text"),
+    ("attempts", "integer"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+)
+_COLUMN_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
+_ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in _STEP_COLUMNS) + ")"
+
+_pick_cache: dict = {}
+
+logger = logging.getLogger("django_durable.worker")
+
+# Set to False after a pooler refused a prepared statement (PgBouncer in transaction mode
+# before 1.21 loses them between transactions); then every statement is sent plain.
+_prepare = True
+
+
+def _cursor(db: str):
+    """A cursor for the hot-path statements, prepared on PostgreSQL after their first uses.
+
+    Parsing and planning these statements costs more than executing them. Django's cursors bind
+    parameters client-side and never prepare, so user code in the worker is unaffected; this
+    one cursor binds server-side on the same connection and session (an atomic step's
+    checkpoint joins the step's transaction) and goes through Django's wrapper, so execute
+    wrappers and error translation still apply.
+    """
+    connection = connections[db]
+    # While Django logs queries (DEBUG, or a test counting them) the statements go unprepared:
+    # the log of a prepared statement's execution has no SQL to show.
+    if not (_prepare and conf.get("PREPARED_STATEMENTS")) or connection.queries_logged:
+        return connection.cursor()
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = 2
+    return connection._prepare_cursor(psycopg.Cursor(raw))
+
+
+def _execute(db: str, sql: str, params):
+    """Run `sql`; return the cursor's first row and row count."""
+    global _prepare
+    try:
+        with _cursor(db) as cursor:
+            cursor.execute(sql, params)
+            return (cursor.fetchone() if cursor.description else None), cursor.rowcount
+    except DatabaseError as exc:
+        import psycopg
+
+        refused = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
+        if not (_prepare and isinstance(exc.__cause__, refused)):
+            raise
+        _prepare = False
+        logger.warning("The database lost a prepared statement (a pooler in transaction mode?); "
+                       "sending statements unprepared from now on.")
+        if connections[db].in_atomic_block:
+            raise  # the transaction is aborted; the caller's retry will go unprepared
+        return _execute(db, sql, params)
+
+
+def _pick(queues, db) -> tuple[str, list]:
+    """SQL that locks the next ready item, built by the ORM's select_for_update(skip_locked=True).
+
+    SKIP LOCKED: claimers never wait for each other, each takes the next row nobody holds.
+    NO KEY UPDATE: the lock does not block inserts that reference the row.
+    """
+    key = (db, tuple(queues or ()), clock.now_sql("postgresql"))
+    if key not in _pick_cache:
+        locked = (
+            WorkItem.objects.using(db)
+            .ready(queues)
+            .select_for_update(skip_locked=True, no_key=True)
+            .values("id")[:1]
+        )
+        # The ORM compiles a locking query only inside a transaction; compiling sends nothing.
+        with transaction.atomic(using=db):
+            sql, params = locked.query.get_compiler(using=db).as_sql()
+        if len(_pick_cache) > 64:
+            _pick_cache.clear()
+        _pick_cache[key] = (sql, list(params))
+    return _pick_cache[key]
+
+
+def claim(*, worker, queues, db, token, lease):
+    from . import RunState
+
+    now = clock.now_sql("postgresql")
+    pick_sql, pick_params = _pick(queues, db)
+    sql = f"""
+        WITH picked AS ({pick_sql}),
+        claimed AS (
+            UPDATE durable_work_item AS w
+            SET status = 'processing', claim_token = %s, claimed_by = %s,
+                claim_expires_at = {now} + make_interval(secs => %s),
+                attempts = w.attempts + 1, wake = false
+            FROM picked WHERE w.id = picked.id
+            RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts
+        ),
+        run AS (
+            UPDATE durable_workflow_run AS r
+            SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}
+            FROM claimed
+            WHERE r.id = claimed.run_id AND r.status NOT IN ({_TERMINAL})
+            RETURNING r.id, r.workflow, r.input, r.attempt
+        )
+        SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, run.workflow, run.input, run.attempt,
+               (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error))
+                FROM durable_step AS s WHERE s.run_id = c.run_id)
+        FROM claimed AS c LEFT JOIN run ON run.id = c.run_id
+    """
+    row, _ = _execute(db, sql, [*pick_params, token, worker, lease])
+    if row is None:
+        return None
+    item_id, kind, run_id, step_key, attempts, workflow, text, attempt, journal = row
+    run = RunState(workflow, text, attempt, journal or []) if workflow is not None else None
+    return item_id, kind, run_id, step_key, attempts, run
+
+
+def _values(claim, records) -> tuple[str, list]:
+    params = []
+    for r in records:
+        params.extend((claim.run_id, r.key, r.seq, r.kind, r.name, r.status, r.result, r.error,
+                       r.attempts, r.started_at, r.finished_at))
+    return ", ".join([_ROW] * len(records)), params
+
+
+def record_steps(claim, records) -> int:
+    # FOR SHARE holds off a reaper (which rewrites the token) until this insert commits; if the
+    # reaper committed first, the fence finds no row and nothing is inserted.
+    rows, params = _values(claim, records)
+    sql = f"""
+        WITH fence AS (
+            SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
+        )
+        INSERT INTO durable_step ({_COLUMN_NAMES})
+        SELECT v.* FROM fence, (VALUES {rows}) AS v ({_COLUMN_NAMES})
+        ON CONFLICT (run_id, key) DO NOTHING
+    """
+    return _execute(claim.db, sql, [claim.item_id, claim.token, *params])[1]
+
+
+def _end(item_status_sql: str, now: str, records, claim) -> tuple[str, list]:
+    """The CTEs shared by finish and release: free the item (fenced), record the last entries."""
+    sql = f"""
+        WITH fence AS (
+            UPDATE durable_work_item
+            SET status = {item_status_sql}, available_at = {now}, claim_token = NULL,
+                claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false
+            WHERE id = %s AND claim_token = %s
+            RETURNING run_id
+        )"""
+    params = [claim.item_id, claim.token]
+    if records:
+        rows, values = _values(claim, records)
+        sql += f""",
+        steps AS (
+            INSERT INTO durable_step ({_COLUMN_NAMES})
+            SELECT v.* FROM fence, (VALUES {rows}) AS v ({_COLUMN_NAMES})
+            ON CONFLICT (run_id, key) DO NOTHING RETURNING 1
+        )"""
+        params.extend(values)
+    return sql, params
+
+
+def finish_run(claim, *, status, result, error, records) -> bool:
+    now = clock.now_sql("postgresql")
+    sql, params = _end("'completed'", now, records, claim)
+    sql += f""",
+        done AS (
+            UPDATE durable_workflow_run AS r
+            SET status = %s, result = %s, error = %s, waiting_on = '', finished_at = {now}, updated_at = {now}
+            FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({_TERMINAL})
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM done)
+    """
+    params.extend([status, result, error])
+    return _run(claim, sql, params, records)
+
+
+def release(claim, *, run_status, waiting_on, requeue, records, notify) -> bool:
+    now = clock.now_sql("postgresql")
+    item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
+    sql, params = _end(item_status, now, records, claim)
+    sql += f""",
+        moved AS (
+            UPDATE durable_workflow_run AS r
+            SET status = %s, waiting_on = %s, updated_at = {now}
+            FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved)
+               {", pg_notify('durable_work', '')" if notify else ""}
+    """
+    params.extend([run_status, waiting_on])
+    return _run(claim, sql, params, records)
+
+
+def _run(claim, sql, params, records) -> bool:
+    # The fence decides: when it holds, nobody else can have recorded these keys, so a
+    # conflict can only be our own earlier write whose commit we never heard back about.
+    return _execute(claim.db, sql, params)[0][0] == 1

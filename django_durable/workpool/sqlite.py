@@ -1,0 +1,142 @@
+"""The workpool's hot path on SQLite, the embedded development database.
+
+SQLite has no row locks and one writer at a time: a claim is a compare-and-set UPDATE that only
+matches a row still pending, and fenced writes check the claim token in the same statement or in
+the same IMMEDIATE transaction, which no other writer can interleave with.
+"""
+
+from __future__ import annotations
+
+from django.db import connections, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+
+from .. import clock
+from ..models import Step, WorkflowRun, WorkItem
+
+_STEP_FIELDS = [
+    Step._meta.get_field(name)
+    for name in ("run", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at")
+]
+_COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
+_ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
+
+
+def claim(*, worker, queues, db, token, lease):
+    from . import RunState, lease_expiry
+
+    # One UPDATE that only matches a row that is still pending: of two workers racing for a
+    # row exactly one changes it. The token we set tells us which row we got.
+    ready = WorkItem.objects.using(db).ready(queues).values("id")[:1]
+    changed = WorkItem.objects.using(db).filter(id__in=ready, status=WorkItem.Status.PENDING).update(
+        status=WorkItem.Status.PROCESSING,
+        claim_token=token,
+        claimed_by=worker,
+        claim_expires_at=lease_expiry(),
+        attempts=F("attempts") + 1,
+        wake=False,
+    )
+    if not changed:
+        return None
+    item_id, kind, run_id, step_key, attempts = (
+        WorkItem.objects.using(db)
+        .filter(claim_token=token)
+        .values_list("id", "kind", "run_id", "step_key", "attempts")
+        .get()
+    )
+    run = None
+    if run_id is not None:
+        WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
+            status=WorkflowRun.Status.RUNNING,
+            started_at=Coalesce(F("started_at"), clock.db_now()),
+            updated_at=clock.db_now(),
+        )
+        state = (
+            WorkflowRun.objects.using(db)
+            .filter(id=run_id)
+            .exclude(status__in=WorkflowRun.TERMINAL)
+            .values_list("workflow", "input", "attempt")
+            .first()
+        )
+        if state is not None:
+            journal = list(
+                Step.objects.using(db)
+                .filter(run_id=run_id)
+                .values_list("key", "seq", "kind", "name", "status", "result", "error")
+            )
+            run = RunState(*state, journal)
+    return item_id, kind, run_id, step_key, attempts, run
+
+
+def _params(claim, records, connection) -> list:
+    params = []
+    for r in records:
+        values = (claim.run_id, r.key, r.seq, r.kind, r.name, r.status, r.result, r.error,
+                  r.attempts, r.started_at, r.finished_at)
+        params.extend(f.get_db_prep_value(v, connection) for f, v in zip(_STEP_FIELDS, values))
+    return params
+
+
+def record_steps(claim, records) -> int:
+    connection = connections[claim.db]
+    params = _params(claim, records, connection)
+    token = WorkItem._meta.get_field("claim_token").get_db_prep_value(claim.token, connection)
+    sql = (
+        f"INSERT INTO durable_step ({_COLUMN_NAMES}) SELECT * FROM (VALUES {', '.join([_ROW] * len(records))}) "
+        "WHERE EXISTS (SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s "
+        "AND status = 'processing') ON CONFLICT (run_id, key) DO NOTHING"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, claim.item_id, token])
+        return cursor.rowcount
+
+
+def _end(claim, item_status, records) -> bool:
+    if not claim.fence().update(
+        status=item_status,
+        available_at=clock.db_now(),
+        claim_token=None,
+        claimed_by="",
+        claim_expires_at=None,
+        attempts=0,
+        wake=False,
+    ):
+        return False
+    if records:
+        # The claim token is gone now, so the journal rows are written unfenced, inside the
+        # transaction whose fence just held.
+        connection = connections[claim.db]
+        params = _params(claim, records, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO durable_step ({_COLUMN_NAMES}) VALUES {', '.join([_ROW] * len(records))} "
+                "ON CONFLICT (run_id, key) DO NOTHING",
+                params,
+            )
+    return True
+
+
+def finish_run(claim, *, status, result, error, records) -> bool:
+    with transaction.atomic(using=claim.db):
+        if not _end(claim, WorkItem.Status.COMPLETED, records):
+            return False
+        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
+            status=status, result=result, error=error, waiting_on="",
+            finished_at=clock.db_now(), updated_at=clock.db_now(),
+        )
+    return True
+
+
+def release(claim, *, run_status, waiting_on, requeue, records, notify) -> bool:
+    from django.db.models import Case, Value, When
+
+    item_status = WorkItem.Status.PENDING if requeue else Case(
+        When(wake=True, then=Value(WorkItem.Status.PENDING)), default=Value(WorkItem.Status.COMPLETED)
+    )
+    with transaction.atomic(using=claim.db):
+        if not _end(claim, item_status, records):
+            return False
+        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=WorkflowRun.Status.RUNNING).update(
+            status=run_status, waiting_on=waiting_on, updated_at=clock.db_now()
+        )
+    return True
