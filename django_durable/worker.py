@@ -124,6 +124,12 @@ class Worker:
             except DB_ERRORS:
                 _close_connection(self.db)
             raise
+        except Exception:
+            # A bug of ours, not the workflow's (those end the run). Treat it like a crash: let
+            # the lease lapse, so the item is delivered again and, if it keeps failing, ends
+            # failed after DURABLE_MAX_DELIVERIES instead of looping here.
+            logger.exception("Worker %s failed advancing run %s; abandoning the claim.", self.name, claim.run_id)
+            claim.lost = True
         finally:
             with self._current_lock:
                 self._current = None

@@ -291,3 +291,36 @@ def test_supervisor_replaces_a_worker_process_that_dies(start_worker, tmp_path):
     assert worker.wait(15) == 0
     assert os.popen(f"pgrep -P {worker.pid}").read().split() == []
 
+
+
+def test_heartbeats_keep_a_step_longer_than_the_lease(start_worker, tmp_path):
+    """A 4-second step under a 2-second lease runs once, even with a second worker reaping."""
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 4, str(reached))
+    first = start_worker(burst=False)
+    wait_for(reached.exists, message="step b to start")
+    second = start_worker()
+    assert second.wait() == 0, second.log()
+    assert durable.wait(run.pk, timeout=10) == "done"
+    assert ledger_counts(run.pk) == {"a": 1, "b": 1, "c": 1}
+    assert "expired" not in first.log() + second.log()
+
+
+def test_a_worker_serves_only_its_queues(start_worker):
+    default = durable.start("tests.three_steps", x=1)
+    report = durable.start("tests.three_steps", x=10, queue="reports")
+    worker = start_worker("--queues", "reports")
+    assert worker.wait() == 0, worker.log()
+    assert run_of(report).status == "completed"
+    assert run_of(default).status == "pending"
+    worker = start_worker("--queues", "default,other")
+    assert worker.wait() == 0, worker.log()
+    assert durable.wait(default.pk, timeout=1) == [1, 2, 3]
+
+
+def test_start_and_wait_returns_the_result_from_a_running_worker(start_worker):
+    worker = start_worker(burst=False)
+    assert durable.start_and_wait("tests.three_steps", x=4, timeout=30) == [4, 5, 6]
+    with pytest.raises(durable.WorkflowFailed, match="KeyError"):
+        durable.start_and_wait("tests.raises", timeout=30)
+    assert worker.running()

@@ -82,3 +82,9 @@ def trivial(ctx, n=10):
     for i in range(n):
         total += ctx.step(f"s{i}", int, i)
     return total
+
+
+@durable.workflow("tests.raises")
+def raises(ctx, message="missing thing"):
+    ctx.step("ok", mark, ctx.run_id, "ok")
+    raise KeyError(message)
