@@ -4,6 +4,7 @@ Runs on PostgreSQL (DATABASE_URL). Every figure is the median of --repeat runs, 
 SKIP LOCKED ceiling is measured in the same run, so ratios hold on a noisy shared machine.
 
   ceiling  plain psycopg, N processes, each claiming and completing one row per commit
+           (ratios to it are taken within each run, then the median of the ratios)
   W1       2,000 workflows of 10 trivial steps enqueued up front, N worker processes
   W2       200 one-step workflows started one at a time on an idle worker: start() to result
 """
@@ -106,12 +107,13 @@ def worker_env(**extra: str) -> dict:
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", **extra}
 
 
-def w1(runs: int, steps: int, processes: int) -> dict:
+def w1(runs: int, steps: int, processes: int, **env: str) -> dict:
     truncate()
     for _ in range(runs):
         durable.start("bench.ten_steps", n=steps)
     connections.close_all()
-    subprocess.run(worker_command("--burst", "-c", str(processes), "-v", "0"), env=worker_env(), check=True, cwd=ROOT)
+    command = worker_command("--burst", "-c", str(processes), "-v", "0")
+    subprocess.run(command, env=worker_env(**env), check=True, cwd=ROOT)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FILTER (WHERE status = 'completed'), "
@@ -221,12 +223,15 @@ def main() -> None:
     for i in range(args.repeat):
         figures = {"ceiling_rows_per_s": raw_ceiling(args.raw_rows, args.processes)}
         figures.update({f"w1_{k}": v for k, v in w1(args.w1_runs, 10, args.processes).items()})
+        figures["w1_vs_ceiling"] = figures["w1_steps_per_s"] / figures["ceiling_rows_per_s"]
+        unprepared = w1(args.w1_runs, 10, args.processes, DURABLE_PREPARED_STATEMENTS="0")
+        figures["w1_unprepared_steps_per_s"] = unprepared["steps_per_s"]
+        figures["w1_unprepared_vs_ceiling"] = unprepared["steps_per_s"] / figures["ceiling_rows_per_s"]
         figures.update({f"w2_{k}": v for k, v in w2(args.w2_runs).items()})
         for key, value in figures.items():
             samples.setdefault(key, []).append(value)
-        print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.1f}" for k, v in figures.items()), file=sys.stderr)
+        print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.2f}" for k, v in figures.items()), file=sys.stderr)
     median = {key: statistics.median(values) for key, values in samples.items()}
-    median["w1_vs_ceiling"] = median["w1_steps_per_s"] / median["ceiling_rows_per_s"]
     queries = query_counts()
 
     rows = [
@@ -234,6 +239,8 @@ def main() -> None:
         ("W1 workflows/s", f"{median['w1_workflows_per_s']:.0f}"),
         ("W1 steps/s", f"{median['w1_steps_per_s']:.0f}"),
         ("W1 steps/s as a share of the ceiling", f"{100 * median['w1_vs_ceiling']:.0f}%"),
+        ("W1 steps/s, statements unprepared (pooler)", f"{median['w1_unprepared_steps_per_s']:.0f}"),
+        ("  as a share of the ceiling", f"{100 * median['w1_unprepared_vs_ceiling']:.0f}%"),
         ("W2 start() to result, p50", f"{median['w2_p50_ms']:.1f} ms"),
         ("W2 start() to result, p95", f"{median['w2_p95_ms']:.1f} ms"),
         ("W2 created to finished (database), p50", f"{median['w2_server_p50_ms']:.1f} ms"),

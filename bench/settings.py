@@ -10,8 +10,7 @@ TIME_ZONE = "UTC"
 DEBUG = False
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_durable", "bench.benchapp"]
 DATABASES = {"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])}
-if os.environ.get("BENCH_PREPARE"):
-    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 2}
+DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 1.0))
 LOGGING = {
