@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-latest bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	scripts/run-tests.sh
 
+# The suite on the newest Django (6.x needs Python 3.12 or later), in its own .venv-latest.
+test-latest:
+	scripts/test-latest.sh
+
 bench: $(STAMP)
 	scripts/run-bench.sh
 
 clean:
-	rm -rf $(VENV) dist build db.sqlite3 db.sqlite3-*
+	rm -rf $(VENV) .venv-latest dist build db.sqlite3 db.sqlite3-*

@@ -113,17 +113,29 @@ def _from_tagged(obj: dict) -> Any:
         raise ValueError(f"Unknown stored type tag {tag!r}.") from None
 
 
+MAX_MESSAGE_CHARS = 10_000
+MAX_TRACEBACK_CHARS = 50_000
+
+
 def dumps_error(exc: BaseException, traceback_text: str = "") -> str:
-    """Return the JSON text recording an exception: its type, message and traceback."""
+    """Return the JSON text recording an exception: its type, message and traceback (truncated)."""
     kind = type(exc)
     return json.dumps(
         {
             "type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__,
-            "message": _safe_str(exc),
-            "traceback": traceback_text,
+            "message": _truncate(_safe_str(exc), MAX_MESSAGE_CHARS),
+            # The end of a traceback is where the error is: keep that part.
+            "traceback": _truncate(traceback_text, MAX_TRACEBACK_CHARS, keep_end=True),
         },
         ensure_ascii=False,
     )
+
+
+def _truncate(text: str, limit: int, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    note = f"[... {len(text) - limit} characters cut ...]"
+    return note + "\n" + text[-limit:] if keep_end else text[:limit] + note
 
 
 def _safe_str(exc: BaseException) -> str:

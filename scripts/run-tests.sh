@@ -5,7 +5,7 @@
 # directory, stopped and removed at the end whatever happens. Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+PY=${PY:-.venv/bin/python}
 
 pg_dir=""
 cleanup() {

@@ -4,6 +4,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -26,7 +27,7 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
         **os.environ,
         "PORT": str(port),
         "DEMO_DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
-        "PY": str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else "python",
+        "PY": sys.executable,
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = open(tmp_path / "demo.log", "w")

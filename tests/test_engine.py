@@ -416,3 +416,34 @@ def test_workers_prepare_their_statements_and_survive_losing_them(settings, monk
     drain()
     assert postgres._prepare is False
     assert [durable.wait(run.pk, timeout=1) for run in runs] == [3, 3, 3]
+
+
+@durable.workflow("tests.engine.duplicate_key")
+def duplicate_key(ctx):
+    for item in ["a", "b"]:
+        ctx.step("same", str.upper, item)
+
+
+def test_a_step_key_used_twice_in_one_run_fails_the_run_clearly():
+    run = durable.start(duplicate_key)
+    drain()
+    run = run_of(run)
+    assert run.status == "failed"
+    assert "Step key 'same' is used twice in this run" in run.get_error()["message"]
+
+
+@durable.workflow("tests.engine.huge_error")
+def huge_error(ctx):
+    def explode():
+        raise ValueError("x" * 1_000_000)
+
+    ctx.step("explode", explode)
+
+
+def test_huge_error_messages_are_truncated():
+    run = durable.start(huge_error)
+    drain()
+    step = Step.objects.get(run_id=run.pk, key="explode")
+    assert step.status == "failed"
+    assert len(step.error) < 100_000
+    assert "characters cut" in step.error

@@ -324,3 +324,43 @@ def test_start_and_wait_returns_the_result_from_a_running_worker(start_worker):
     with pytest.raises(durable.WorkflowFailed, match="KeyError"):
         durable.start_and_wait("tests.raises", timeout=30)
     assert worker.running()
+
+
+def test_sixteen_claimers_racing_for_one_row_get_one_claim():
+    """RELIABILITY T08: exactly one winner per round; the others get nothing, not an error."""
+    from django_durable import workpool
+
+    rounds = 300 if connection.vendor == "postgresql" else 100
+    claimers = 16
+    barrier = threading.Barrier(claimers + 1)
+    results: list[list] = [[] for _ in range(rounds)]
+    errors = []
+
+    def claimer(index):
+        try:
+            for round_ in range(rounds):
+                barrier.wait()
+                claim = workpool.claim(worker=f"c{index}", queues=None, db="default")
+                if claim is not None:
+                    results[round_].append(claim.run_id)
+                barrier.wait()
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(claimers)]
+    for thread in threads:
+        thread.start()
+    runs = []
+    for round_ in range(rounds):
+        runs.append(durable.start("tests.three_steps"))
+        barrier.wait()  # release the claimers
+        barrier.wait()  # they have all tried
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all(len(winners) == 1 for winners in results), [len(w) for w in results]
+    assert [winners[0] for winners in results] == [run.pk for run in runs]
+    assert set(WorkItem.objects.values_list("attempts", flat=True)) == {1}

@@ -44,6 +44,7 @@ class Context:
         self._session = session
         self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
         self._counters: dict[str, int] = {}
+        self._used: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Context {self.workflow} run={self.run_id}>"
@@ -60,6 +61,12 @@ class Context:
         function, and NotSerializable if the result is not storable.
         """
         _check_key(key)
+        if key in self._used:
+            raise ValueError(
+                f"Step key {key!r} is used twice in this run; keys must be unique within a run "
+                f"(in a loop, put the index or the item's id in the key)."
+            )
+        self._used.add(key)
         name = _function_name(fn)
         entry = self._journal.get(key)
         if entry is not None:

@@ -63,16 +63,20 @@ class Session:
             self.pending.append(record)
 
     def flush(self) -> None:
-        if not self.pending:
-            return
+        records = self.take_pending()
+        if records:
+            self._write(records)
+            if faults.active:
+                for record in records:
+                    faults.hit("after_checkpoint_commit", record.key)
+
+    def take_pending(self) -> list:
+        """The buffered entries, to be written now or with the run's outcome or suspension."""
         records, self.pending = self.pending, []
         if faults.active:
             for record in records:
                 faults.hit("before_checkpoint_commit", record.key)
-        self._write(records)
-        if faults.active:
-            for record in records:
-                faults.hit("after_checkpoint_commit", record.key)
+        return records
 
     def _write(self, records) -> None:
         try:
@@ -80,14 +84,6 @@ class Session:
         except DatabaseError as exc:
             # Our checkpoint failed, not the workflow: this must not become the run's error.
             raise DatabaseUnavailable(str(exc)) from exc
-
-    def take_pending(self) -> list:
-        """The buffered entries, to be written with the run's outcome or suspension."""
-        records, self.pending = self.pending, []
-        if faults.active:
-            for record in records:
-                faults.hit("before_checkpoint_commit", record.key)
-        return records
 
 
 def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:

@@ -25,22 +25,27 @@ _ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
 def claim(*, worker, queues, db, token, lease):
     from . import RunState, lease_expiry
 
-    # One UPDATE that only matches a row that is still pending: of two workers racing for a
-    # row exactly one changes it. The token we set tells us which row we got.
-    ready = WorkItem.objects.using(db).ready(queues).values("id")[:1]
-    changed = WorkItem.objects.using(db).filter(id__in=ready, status=WorkItem.Status.PENDING).update(
-        status=WorkItem.Status.PROCESSING,
-        claim_token=token,
-        claimed_by=worker,
-        claim_expires_at=lease_expiry(),
-        attempts=F("attempts") + 1,
-        wake=False,
-    )
-    if not changed:
+    # Compare-and-set: the UPDATE only matches the row while it is still pending, so of two
+    # workers racing for a row exactly one changes it; the other tries the next row.
+    for _ in range(3):
+        candidate = WorkItem.objects.using(db).ready(queues).values_list("id", flat=True).first()
+        if candidate is None:
+            return None
+        changed = WorkItem.objects.using(db).filter(id=candidate, status=WorkItem.Status.PENDING).update(
+            status=WorkItem.Status.PROCESSING,
+            claim_token=token,
+            claimed_by=worker,
+            claim_expires_at=lease_expiry(),
+            attempts=F("attempts") + 1,
+            wake=False,
+        )
+        if changed:
+            break
+    else:
         return None
     item_id, kind, run_id, step_key, attempts = (
         WorkItem.objects.using(db)
-        .filter(claim_token=token)
+        .filter(id=candidate)
         .values_list("id", "kind", "run_id", "step_key", "attempts")
         .get()
     )
