@@ -14,6 +14,7 @@ import time
 from django.db import DatabaseError, InterfaceError, connections
 
 from . import conf, workpool
+from .checks import check_sqlite_journal
 from .engine.replay import advance
 from .interrupts import DatabaseUnavailable
 from .models import WorkItem
@@ -56,6 +57,8 @@ class Worker:
         maintenance.start()
         waiter = Waiter(self.db, self._wake_r)
         waiter.listen()  # before the first claim, so no notification falls between the two
+        for warning in check_sqlite_journal(databases=[self.db]):
+            logger.warning("%s %s", warning.msg, warning.hint)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff = Backoff()
         try:
