@@ -17,25 +17,35 @@ from .engine.context import Context
 from .exceptions import (
     DurableError,
     NonDeterminismError,
+    NonRetryableError,
     NotSerializable,
     PayloadTooLarge,
+    RetryAfter,
     StepFailed,
+    StepTimeout,
     WaitTimeout,
     WorkflowFailed,
     WorkflowNotFound,
+    WorkflowTimeout,
 )
 from .registry import workflow
+from .retry import RetryPolicy
 
 __all__ = [
     "Context",
     "DurableError",
     "NonDeterminismError",
+    "NonRetryableError",
     "NotSerializable",
     "PayloadTooLarge",
+    "RetryAfter",
+    "RetryPolicy",
     "StepFailed",
+    "StepTimeout",
     "WaitTimeout",
     "WorkflowFailed",
     "WorkflowNotFound",
+    "WorkflowTimeout",
     "get_run",
     "start",
     "start_and_wait",

@@ -21,6 +21,10 @@ def now() -> dt.datetime:
     return _frozen if _frozen is not None else timezone.now()
 
 
+def is_frozen() -> bool:
+    return _frozen is not None
+
+
 def db_now():
     """Return an ORM expression for "now": the database's clock, or the frozen test time."""
     if _frozen is not None:

@@ -24,6 +24,12 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE_SECONDS": 30.0,
     # Use LISTEN/NOTIFY on PostgreSQL to wake idle workers at once (polling stays on).
     "LISTEN_NOTIFY": True,
+    # The retry policy of steps that name none (nor their workflow): a durable.RetryPolicy or
+    # a dict of its fields. None: 3 attempts, 1 s back-off doubling up to 60 s, 10% jitter.
+    "DEFAULT_RETRY": None,
+    # Seconds a step may run past its timeout, ignoring the StepTimeout raised in it, before
+    # its worker process is replaced.
+    "STEP_KILL_GRACE_SECONDS": 5.0,
     # The largest encoded input, result, signal or event payload accepted, in bytes.
     "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024,
     # Prepare the worker's own hot-path statements on PostgreSQL. Turn off behind a

@@ -37,15 +37,50 @@ class WorkflowFailed(DurableError):
 
 
 class StepFailed(DurableError):
-    """A step raised and will not be retried; carries the original type, message and traceback."""
+    """A step failed for good (its attempts ran out, or it was not retryable).
 
-    def __init__(self, key: str, error: dict):
+    Carries the original exception's `type` (a dotted name), `message` and `traceback`, and the
+    number of `attempts` made.
+    """
+
+    def __init__(self, key: str, error: dict, attempts: int = 1):
         self.key = key
         self.error = error
+        self.attempts = attempts
         self.type = error.get("type", "")
         self.message = error.get("message", "")
         self.traceback = error.get("traceback", "")
-        super().__init__(f"Step {key!r} failed: {self.type}: {self.message}")
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        super().__init__(f"Step {key!r} failed{tries}: {self.type}: {self.message}")
+
+
+class NonRetryableError(DurableError):
+    """Raise it in a step to fail the step at once, whatever its retry policy."""
+
+
+class RetryAfter(DurableError):
+    """Raise it in a step to be tried again after `seconds` (a rate limit's Retry-After).
+
+    It still counts as an attempt: when the attempts run out, the step fails.
+    """
+
+    def __init__(self, seconds, message: str = ""):
+        import datetime as dt
+
+        if isinstance(seconds, dt.timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"RetryAfter needs a number of seconds >= 0, not {seconds!r}.")
+        self.seconds = float(seconds)
+        super().__init__(message or f"Retry after {self.seconds:g} seconds.")
+
+
+class StepTimeout(DurableError, TimeoutError):
+    """A step ran past its timeout; it counts as a failed attempt."""
+
+
+class WorkflowTimeout(DurableError, TimeoutError):
+    """A run passed its deadline (the workflow's timeout) and ended timed_out."""
 
 
 class WaitTimeout(DurableError, TimeoutError):

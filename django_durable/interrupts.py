@@ -11,11 +11,15 @@ class Interrupt(BaseException):
 
 
 class Suspend(Interrupt):
-    """The run waits for something (a timer, a signal, children); the worker moves on."""
+    """The run waits for something (a timer, a signal, children); the worker moves on.
 
-    def __init__(self, waiting_on: str):
+    `timers` are (kind, step key, fire at) to create, in the same transaction, to wake it.
+    """
+
+    def __init__(self, waiting_on: str, timers=()):
         super().__init__(waiting_on)
         self.waiting_on = waiting_on
+        self.timers = list(timers)
 
 
 class LeaseLost(Interrupt):
@@ -28,3 +32,7 @@ class Preempted(Interrupt):
 
 class DatabaseUnavailable(Interrupt):
     """The engine's own write failed (connection lost, failover): not the workflow's fault."""
+
+
+class RunTimedOut(Interrupt):
+    """The run passed its deadline (the workflow's timeout): it ends timed_out."""

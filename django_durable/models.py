@@ -43,8 +43,9 @@ class WorkflowRun(models.Model):
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
+        TIMED_OUT = "timed_out", "Timed out"
 
-    TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+    TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT})
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     workflow = models.CharField(max_length=200, help_text="The registered workflow name.")
@@ -114,8 +115,11 @@ class Step(models.Model):
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
+        RETRYING = "retrying", "Waiting to retry"
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
+
+    FINAL = frozenset({Status.COMPLETED, Status.FAILED})
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="steps")
     key = models.CharField(max_length=255)
@@ -128,7 +132,10 @@ class Step(models.Model):
     attempts = models.PositiveIntegerField(default=1)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    deadline_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the running attempt times out (persisted before it starts)."
+    )
+    retry_at = models.DateTimeField(null=True, blank=True, help_text="When the next attempt is due.")
 
     class Meta:
         db_table = "durable_step"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ImproperlyConfigured
 
 from .exceptions import WorkflowNotFound
+from .retry import RetryPolicy
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 
@@ -26,6 +27,7 @@ class WorkflowDefinition:
     priority: int = 0
     timeout: dt.timedelta | None = None
     max_attempts: int = 1
+    retry: RetryPolicy | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -37,13 +39,18 @@ def workflow(
     *,
     queue: str = "default",
     priority: int = 0,
-    timeout: dt.timedelta | None = None,
+    timeout: dt.timedelta | float | None = None,
     max_attempts: int = 1,
+    retry: RetryPolicy | None = None,
 ):
     """Register a function as a workflow and return it unchanged.
 
     Use as ``@durable.workflow("orders.fulfil")``; a bare ``@durable.workflow`` registers the
     function under its module and name. The function receives a Context first.
+
+    `timeout` is an absolute deadline from each run's creation (the run ends ``timed_out``);
+    `max_attempts` is how often a run whose function raises is tried again from its last
+    checkpoint; `retry` is the default retry policy of its steps.
     """
     if callable(name):
         return workflow()(name)
@@ -54,14 +61,23 @@ def workflow(
             fn=fn,
             queue=queue,
             priority=priority,
-            timeout=timeout,
+            timeout=_timedelta(timeout, name or fn.__qualname__),
             max_attempts=max_attempts,
+            retry=retry,
         )
         register(definition)
         fn.durable_workflow = definition
         return fn
 
     return decorator
+
+
+def _timedelta(value, name) -> dt.timedelta | None:
+    if value is None or isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return dt.timedelta(seconds=value)
+    raise ImproperlyConfigured(f"Workflow {name!r} has timeout={value!r}; use seconds or a timedelta.")
 
 
 def register(definition: WorkflowDefinition) -> None:
@@ -72,7 +88,11 @@ def register(definition: WorkflowDefinition) -> None:
             f"Workflow name {name!r} is not valid: use 1 to 200 letters, digits, '_', '.', ':' "
             f"or '-', starting with a letter or '_'."
         )
-    if definition.max_attempts < 1:
+    if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
+        raise ImproperlyConfigured(f"Workflow {name!r} has a timeout of {definition.timeout}; it must be positive.")
+    if definition.retry is not None and not isinstance(definition.retry, RetryPolicy):
+        raise ImproperlyConfigured(f"Workflow {name!r} has retry={definition.retry!r}; use a durable.RetryPolicy.")
+    if isinstance(definition.max_attempts, bool) or not isinstance(definition.max_attempts, int) or definition.max_attempts < 1:
         raise ImproperlyConfigured(
             f"Workflow {name!r} has max_attempts={definition.max_attempts!r}; it must be at least 1."
         )

@@ -10,7 +10,7 @@ import time
 
 from django.db import connections
 
-from .worker import Worker
+from .worker import EXIT_REPLACE, Worker
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -46,7 +46,10 @@ class Supervisor:
             code = os.waitstatus_to_exitcode(status)
             if self.signals_received or (self.worker_options.get("burst") and code == 0):
                 continue
-            logger.error("Worker process %d exited with %d; starting a replacement.", pid, code)
+            if code == EXIT_REPLACE:
+                logger.warning("Worker process %d asked to be replaced; starting a new one.", pid)
+            else:
+                logger.error("Worker process %d exited with %d; starting a replacement.", pid, code)
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < 10] + [now]
             if len(restarts) > 5 * self.concurrency:
@@ -65,7 +68,7 @@ class Supervisor:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
             _die_with_parent()
-            code = Worker(**self.worker_options).run()
+            code = Worker(**self.worker_options, supervised=True).run()
         except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
             logger.exception("Worker process %d crashed.", os.getpid())
         finally:

@@ -8,6 +8,7 @@ import random
 import select
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -17,11 +18,15 @@ from . import conf, workpool
 from .checks import check_sqlite_journal
 from .engine.replay import advance
 from .interrupts import DatabaseUnavailable
+from .maintenance import Maintenance
 from .models import WorkItem
 
 logger = logging.getLogger("django_durable.worker")
 
 DB_ERRORS = (DatabaseError, InterfaceError, DatabaseUnavailable)
+
+# The exit code of a worker process that asks its supervisor for a replacement.
+EXIT_REPLACE = 75
 
 
 class Worker:
@@ -31,19 +36,19 @@ class Worker:
     heartbeat that keeps its lease, nor the reaper that recovers other workers' expired claims.
     """
 
-    def __init__(self, *, queues=None, burst=False, name=None, db=None, grace=None):
+    def __init__(self, *, queues=None, burst=False, name=None, db=None, grace=None, supervised=False):
         self.db = db or conf.get("DATABASE")
         self.queues = list(queues) if queues else None
         self.burst = burst
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.grace = float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
+        self.supervised = supervised
         self.processed = 0
         self._stopping = threading.Event()
-        self._hard_stop = False
-        self._stop_deadline: float | None = None
+        self.hard_stop = False
+        self.stop_deadline: float | None = None
         self._current: workpool.Claim | None = None
         self._current_lock = threading.Lock()
-        self._done = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
@@ -53,7 +58,7 @@ class Worker:
     def run(self) -> int:
         """Process work until stopped (or, with burst, until none is left); return the exit code."""
         self._install_signal_handlers()
-        maintenance = threading.Thread(target=self._maintain, name="durable-maintenance", daemon=True)
+        maintenance = Maintenance(self)
         maintenance.start()
         waiter = Waiter(self.db, self._wake_r)
         waiter.listen()  # before the first claim, so no notification falls between the two
@@ -71,25 +76,29 @@ class Worker:
                         break
                 except DB_ERRORS as exc:
                     logger.warning("Database error in worker %s: %s", self.name, exc)
-                    _close_connection(self.db)
+                    close_connection(self.db)
+                    waiter.sleep(backoff.next())
+                    continue
+                except Exception:  # noqa: BLE001 - a worker outlives its own bugs
+                    logger.exception("Worker %s failed; going on after a pause.", self.name)
                     waiter.sleep(backoff.next())
                     continue
                 waiter.wait(min(float(conf.get("POLL_INTERVAL")), 0.2) if self.burst else float(conf.get("POLL_INTERVAL")))
         finally:
-            self._done.set()
+            maintenance.done.set()
             maintenance.join(timeout=5)
             waiter.close()
-            _close_connection(self.db)
+            close_connection(self.db)
         logger.info("Worker %s stopped after %d item(s).", self.name, self.processed)
         return 0
 
     def stop(self) -> None:
         """Stop claiming; the item in flight finishes its step or is released after the grace."""
         if not self._stopping.is_set():
-            self._stop_deadline = time.monotonic() + self.grace
+            self.stop_deadline = time.monotonic() + self.grace
             self._stopping.set()
         else:
-            self._hard_stop = True
+            self.hard_stop = True
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
@@ -121,11 +130,11 @@ class Worker:
         except DB_ERRORS:
             # Hand the run back so another worker (or we, once reconnected) goes on at once
             # rather than after the lease; the release is fenced, so it is safe to try.
-            _close_connection(self.db)
+            close_connection(self.db)
             try:
                 workpool.release(claim, run_status="pending")
             except DB_ERRORS:
-                _close_connection(self.db)
+                close_connection(self.db)
             raise
         except Exception:
             # A bug of ours, not the workflow's (those end the run). Treat it like a crash: let
@@ -139,56 +148,35 @@ class Worker:
             self.processed += 1
         return True
 
-    # -- maintenance: heartbeat, reaper, shutdown grace -----------------------------------------
+    # -- called by the maintenance thread ---------------------------------------------------------
 
-    def _maintain(self) -> None:
-        heartbeat = float(conf.get("HEARTBEAT_SECONDS"))
-        reaper = float(conf.get("REAPER_INTERVAL"))
-        tick = max(0.02, min(0.25, heartbeat / 4))
-        next_reap = time.monotonic() + random.uniform(0, reaper)
-        beats: dict = {}
-        try:
-            while not self._done.wait(tick):
-                now = time.monotonic()
-                if self._hard_stop or (self._stop_deadline is not None and now >= self._stop_deadline):
-                    self._abandon_and_exit()
-                with self._current_lock:
-                    claim = self._current
-                try:
-                    if claim is not None:
-                        last = beats.setdefault(claim.token, now)
-                        if now - last >= heartbeat:
-                            beats[claim.token] = now
-                            if not workpool.renew(claim):
-                                logger.warning("Worker %s lost its claim on run %s.", self.name, claim.run_id)
-                    else:
-                        beats.clear()
-                    if now >= next_reap:
-                        next_reap = now + reaper * random.uniform(0.8, 1.2)
-                        workpool.reap(db=self.db)
-                except DB_ERRORS as exc:
-                    logger.warning("Database error in maintenance of %s: %s", self.name, exc)
-                    _close_connection(self.db)
-                except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
-                    logger.exception("Maintenance of worker %s failed; going on.", self.name)
-        finally:
-            _close_connection(self.db)
-
-    def _abandon_and_exit(self) -> None:
-        """Release the run in flight (fenced) so another worker resumes it now, then exit 0."""
+    def current_claim(self) -> workpool.Claim | None:
         with self._current_lock:
-            claim = self._current
+            return self._current
+
+    def abandon_and_exit(self, why: str, *, replace: bool = False) -> None:
+        """Release the run in flight (fenced) so another worker resumes it now, then end this process.
+
+        With `replace`, the process is replaced by a fresh worker: under a supervisor it exits
+        with EXIT_REPLACE and the supervisor starts another; alone it re-executes itself.
+        """
+        claim = self.current_claim()
         if claim is not None:
             try:
                 if workpool.release(claim, run_status="pending"):
-                    logger.warning("Worker %s released run %s mid-step on shutdown.", self.name, claim.run_id)
-            except Exception:  # noqa: BLE001 - exiting anyway; the lease covers a failed release
+                    logger.warning("Worker %s released run %s mid-step (%s).", self.name, claim.run_id, why)
+            except Exception:  # noqa: BLE001 - ending anyway; the lease covers a failed release
                 logger.exception("Worker %s could not release run %s.", self.name, claim.run_id)
         logging.shutdown()
-        os._exit(0)
+        if not replace:
+            os._exit(0)
+        if self.supervised:
+            os._exit(EXIT_REPLACE)
+        # The stuck thread cannot be stopped, only the process: run the same command afresh.
+        os.execv(sys.executable, sys.orig_argv)
 
 
-def _close_connection(db: str) -> None:
+def close_connection(db: str) -> None:
     try:
         connections[db].close()
     except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone anyway

@@ -125,7 +125,7 @@ def failing_step(message):
 @durable.workflow("tests.engine.catches")
 def catches(ctx):
     try:
-        ctx.step("fails", failing_step, "no paper")
+        ctx.step("fails", failing_step, "no paper", retry=durable.RetryPolicy(max_attempts=1))
     except durable.StepFailed as failure:
         caught = [failure.type, failure.message]
     return ctx.step("after", str.upper, caught[1])
@@ -228,7 +228,7 @@ def test_idempotency_key_returns_the_same_run():
 def atomic_fails(ctx):
     def write_then_fail():
         Payment.objects.create(run_id=ctx.run_id, amount=1)
-        raise RuntimeError("card declined")
+        raise durable.NonRetryableError("card declined")
 
     try:
         ctx.step("pay", write_then_fail, atomic=True)
@@ -435,7 +435,7 @@ def test_a_step_key_used_twice_in_one_run_fails_the_run_clearly():
 @durable.workflow("tests.engine.huge_error")
 def huge_error(ctx):
     def explode():
-        raise ValueError("x" * 1_000_000)
+        raise durable.NonRetryableError("x" * 1_000_000)
 
     ctx.step("explode", explode)
 

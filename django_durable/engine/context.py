@@ -1,4 +1,4 @@
-"""The Context a workflow function receives: memoized steps and recorded values."""
+"""The Context a workflow function receives: memoized steps with retries and timeouts, recorded values."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import clock, conf, faults, serialization
-from ..exceptions import NonDeterminismError, StepFailed
-from ..interrupts import LeaseLost, Preempted
+from .. import conf, faults, serialization
+from ..exceptions import NonDeterminismError, StepFailed, StepTimeout
+from ..interrupts import Suspend
+from ..retry import RetryPolicy
+
+FINAL = ("completed", "failed")
 
 
 @dataclass
@@ -27,6 +30,9 @@ class Entry:
     status: str
     result: str | None
     error: str | None
+    attempts: int = 1
+    deadline_at: dt.datetime | None = None
+    retry_at: dt.datetime | None = None
 
 
 class Context:
@@ -36,12 +42,14 @@ class Context:
     that a replay after a crash gives the function exactly the values the first run saw.
     """
 
-    def __init__(self, *, run_id, workflow: str, attempt: int, journal: dict[str, Entry], session):
+    def __init__(self, *, run_id, workflow: str, attempt: int, journal: dict[str, Entry], session,
+                 retry: RetryPolicy):
         self.run_id = run_id
         self.workflow = workflow
         self.attempt = attempt
         self._journal = journal
         self._session = session
+        self._retry = retry
         self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
         self._counters: dict[str, int] = {}
         self._used: set[str] = set()
@@ -51,14 +59,20 @@ class Context:
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def step(self, key: str, fn: Callable, /, *args: Any, atomic: bool = False, **kwargs: Any) -> Any:
+    def step(self, key: str, fn: Callable, /, *args: Any, atomic: bool = False,
+             retry: RetryPolicy | None = None, timeout: float | dt.timedelta | None = None,
+             **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` once for this run and return its (recorded) result.
 
         When `key` is already recorded, return the recorded result without calling `fn`; a
-        recorded failure raises StepFailed again. With ``atomic=True`` the step runs inside the
-        database transaction that records it: its ORM writes and the checkpoint commit together.
-        Raise StepFailed if `fn` raises, NonDeterminismError if `key` was recorded for another
-        function, and NotSerializable if the result is not storable.
+        recorded failure raises StepFailed again. A step that raises is tried again under its
+        `retry` policy (else the workflow's, else DURABLE_DEFAULT_RETRY) after a durable
+        back-off during which the run waits and the worker is free. `timeout` (seconds or a
+        timedelta) bounds each attempt; the deadline is stored before the attempt starts. With
+        ``atomic=True`` the step runs inside the database transaction that records it.
+
+        Raise StepFailed when the attempts run out (or the error is not retryable),
+        NonDeterminismError if `key` was recorded for another function.
         """
         _check_key(key)
         if key in self._used:
@@ -67,87 +81,148 @@ class Context:
                 f"(in a loop, put the index or the item's id in the key)."
             )
         self._used.add(key)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
         name = _function_name(fn)
+        policy = retry or self._retry
+        seconds = _timeout_seconds(timeout)
+        attempt, deadline = 1, None
         entry = self._journal.get(key)
         if entry is not None:
-            return self._replay(key, entry, "step", name)
-        self._session.before_step()
-        started = self._session.now()
-        if faults.active:
-            faults.hit("before_step_call", key)
-        if atomic:
-            return self._run_atomic(key, name, started, fn, args, kwargs)
-        try:
-            value = fn(*args, **kwargs)
-        except Exception as exc:
-            self._record_failure(key, name, started, exc)
-        if faults.active:
-            faults.hit("after_step_return", key)
-        text = self._encode_result(key, name, started, value)
-        # Buffered: it commits before the next step starts, or with the run's outcome.
-        self._record(key, "step", name, "completed", text, None, started)
-        return serialization.decode(text)
-
-    def _run_atomic(self, key, name, started, fn, args, kwargs):
-        try:
-            with transaction.atomic(using=self._session.db):
-                try:
+            self._check_same(key, entry, "step", name)
+            if entry.status in FINAL:
+                return self._replay_final(key, entry)
+            attempt, deadline = self._resume(key, name, entry, policy)
+        while True:
+            started = self._session.now()
+            if seconds is not None and deadline is None:
+                deadline = started + dt.timedelta(seconds=seconds)
+            # Before the attempt starts: earlier checkpoints become durable, and a deadline is
+            # stored with them, so that after a crash the attempt is judged by it.
+            running = None
+            if deadline is not None:
+                running = self._record(key, name, "running", None, None, started, attempt, deadline=deadline,
+                                       write=None)
+            self._session.before_step(key, running)
+            if faults.active:
+                faults.hit("before_step_call", key)
+            try:
+                with self._session.alarm(deadline, key):
+                    if atomic:
+                        return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs)
                     value = fn(*args, **kwargs)
-                    if faults.active:
-                        faults.hit("after_step_return", key)
-                    text = self._encode(value, key)
-                except Exception as exc:
-                    raise _StepRaised from exc  # roll the step's writes back
-                self._record(key, "step", name, "completed", text, None, started, now=True)
+            except _StepRaised as raised:
+                exc = raised.__cause__
+            except Exception as exc_:
+                exc = exc_
+            else:
                 if faults.active:
-                    faults.hit("before_checkpoint_commit", key)
-        except _StepRaised as raised:
-            self._record_failure(key, name, started, raised.__cause__)
+                    faults.hit("after_step_return", key)
+                try:
+                    text = self._encode(value, key)
+                except Exception as exc_:
+                    exc = exc_
+                else:
+                    # Buffered: it commits before the next step starts, or with the outcome.
+                    self._record(key, name, "completed", text, None, started, attempt)
+                    return serialization.decode(text)
+            attempt = self._failed_attempt(key, name, started, attempt, policy, exc)
+            deadline = None
+
+    def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs):
+        with transaction.atomic(using=self._session.db):
+            try:
+                value = fn(*args, **kwargs)
+                if faults.active:
+                    faults.hit("after_step_return", key)
+                text = self._encode(value, key)
+            except Exception as exc:
+                raise _StepRaised from exc  # roll the step's writes back
+            self._record(key, name, "completed", text, None, started, attempt, write="now")
+            if faults.active:
+                faults.hit("before_checkpoint_commit", key)
         if faults.active:
             faults.hit("after_checkpoint_commit", key)
         return serialization.decode(text)
+
+    def _resume(self, key, name, entry: Entry, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
+        """Return (attempt, deadline) for a step an earlier advance left running or retrying."""
+        now = self._session.now()
+        if entry.status == "retrying":
+            retry_at = _as_datetime(entry.retry_at)
+            if retry_at is not None and retry_at > now:
+                # Woken before the back-off ended; its timer is still pending.
+                raise Suspend(_retry_waiting_on(key, entry.attempts + 1, policy, retry_at))
+            return entry.attempts + 1, None
+        # Running: the worker of that attempt died, or was replaced after a timeout.
+        deadline = _as_datetime(entry.deadline_at)
+        if deadline is not None and deadline <= now:
+            timeout = StepTimeout(
+                f"Step {key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC "
+                f"(attempt {entry.attempts}); its worker did not survive it."
+            )
+            return self._failed_attempt(key, name, None, entry.attempts, policy, timeout), None
+        return entry.attempts, deadline
+
+    def _failed_attempt(self, key, name, started, attempt, policy: RetryPolicy, exc: BaseException) -> int:
+        """Record a failed attempt; return the next attempt's number, or raise Suspend or StepFailed."""
+        error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)))
+        if not policy.retries(exc, attempt):
+            self._record(key, name, "failed", None, error, started, attempt)
+            raise StepFailed(key, serialization.decode(error), attempts=attempt) from exc
+        delay = policy.delay(exc, attempt)
+        if delay <= 0:
+            self._session.attempt_failed(key, error, attempt)  # and try again at once
+            return attempt + 1
+        retry_at = self._session.now() + dt.timedelta(seconds=delay)
+        self._record(key, name, "retrying", None, error, started, attempt, retry_at=retry_at)
+        raise Suspend(_retry_waiting_on(key, attempt + 1, policy, retry_at), timers=[("retry", key, retry_at)])
 
     def _encode(self, value, key):
         return serialization.encode(
             value, what=f"result of step {key!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
         )
 
-    def _encode_result(self, key, name, started, value):
-        try:
-            return self._encode(value, key)
-        except Exception as exc:
-            self._record_failure(key, name, started, exc)
+    def _record(self, key, name, status, result, error, started, attempts, *, kind="step",
+                deadline=None, retry_at=None, write="buffer"):
+        """Make `key`'s journal entry (keeping its seq) and write it: buffered, "now", or not (None)."""
+        from ..workpool import StepRecord
 
-    def _record_failure(self, key, name, started, exc: Exception):
-        text = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)))
-        self._record(key, "step", name, "failed", None, text, started)
-        raise StepFailed(key, serialization.decode(text)) from exc
-
-    def _record(self, key, kind, name, status, result, error, started, *, now=False):
-        seq = self._next_seq
-        self._session.record(
+        entry = self._journal.get(key)
+        if entry is None:
+            seq = self._next_seq
+            self._next_seq += 1
+        else:
+            seq = entry.seq
+        record = StepRecord(
             key=key, seq=seq, kind=kind, name=name, status=status, result=result, error=error,
-            started_at=started, now=now,
+            attempts=attempts, started_at=started,
+            finished_at=None if status == "running" else self._session.now(),
+            deadline_at=deadline, retry_at=retry_at,
         )
-        self._next_seq = seq + 1
-        self._journal[key] = Entry(seq, kind, name, status, result, error)
+        self._journal[key] = Entry(seq, kind, name, status, result, error, attempts, deadline, retry_at)
+        if write is not None:
+            self._session.record(record, now=write == "now")
+        return record
 
-    def _replay(self, key: str, entry: Entry, kind: str, name: str) -> Any:
+    def _check_same(self, key: str, entry: Entry, kind: str, name: str) -> None:
         if entry.kind != kind or (entry.name and name and entry.name != name):
             raise NonDeterminismError(
                 f"Step {key!r} was recorded as a {entry.kind} of {entry.name or '?'} but the "
                 f"workflow code now reaches it as a {kind} of {name}. The code changed under a "
                 f"running workflow; restore it, or give the new call another key."
             )
+
+    def _replay_final(self, key: str, entry: Entry) -> Any:
         if entry.status == "failed":
-            raise StepFailed(key, serialization.decode(entry.error))
+            raise StepFailed(key, serialization.decode(entry.error), attempts=entry.attempts)
         return serialization.decode(entry.result)
 
     # -- recorded values ------------------------------------------------------------------------
 
     def now(self) -> dt.datetime:
         """Return the current time, recorded: a replay returns the same value."""
-        return self._note("now", lambda: self._session.now())
+        return self._note("now", self._session.now)
 
     def uuid(self) -> _uuid.UUID:
         """Return a random UUID (version 4), recorded: a replay returns the same value."""
@@ -163,14 +238,37 @@ class Context:
         key = f"{what}:{count}"
         entry = self._journal.get(key)
         if entry is not None:
-            return self._replay(key, entry, "note", what)
+            self._check_same(key, entry, "note", what)
+            return self._replay_final(key, entry)
         text = serialization.encode(make())
-        self._record(key, "note", what, "completed", text, None, self._session.now())
+        self._record(key, what, "completed", text, None, self._session.now(), 1, kind="note")
         return serialization.decode(text)
 
 
 class _StepRaised(Exception):
     """Carries a step's own exception out of its atomic block, so the block rolls back."""
+
+
+def _retry_waiting_on(key, attempt, policy, retry_at) -> str:
+    return (f"retry of step {key!r} (attempt {attempt} of {policy.max_attempts}) "
+            f"at {retry_at:%Y-%m-%d %H:%M:%S} UTC")
+
+
+def _timeout_seconds(timeout) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, dt.timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"A step timeout must be a positive number of seconds or a timedelta, not {timeout!r}.")
+    return float(timeout)
+
+
+def _as_datetime(value) -> dt.datetime | None:
+    """Journal times come back as datetimes (SQLite, ORM) or ISO strings (PostgreSQL JSON)."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(value)
 
 
 def _check_key(key: str) -> None:

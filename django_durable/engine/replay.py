@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import traceback
 from collections.abc import Callable
 
 from django.db import DatabaseError
 
-from .. import clock, conf, faults, registry, serialization, workpool
-from ..exceptions import StepFailed, WorkflowNotFound
-from ..interrupts import DatabaseUnavailable, LeaseLost, Preempted, Suspend
+from .. import conf, faults, registry, retry, serialization, signals, workpool
+from ..exceptions import StepFailed, WorkflowNotFound, WorkflowTimeout
+from ..interrupts import DatabaseUnavailable, LeaseLost, Preempted, RunTimedOut, Suspend
 from ..models import WorkflowRun
-from .context import Context, Entry
+from .alarm import Alarm
+from .context import Context, Entry, _as_datetime
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -29,18 +31,30 @@ class Session:
     commit and lets recorded values ride along with the next checkpoint.
     """
 
-    def __init__(self, claim: workpool.Claim, should_stop: Callable[[], bool]):
+    def __init__(self, claim: workpool.Claim, workflow: str, should_stop: Callable[[], bool]):
         self.claim = claim
         self.db = claim.db
+        self.workflow = workflow
         self._should_stop = should_stop
         self.pending: list[workpool.StepRecord] = []
+        self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
+        self.alarm = Alarm(self)
 
-    def before_step(self) -> None:
-        """Make the journal durable; raise LeaseLost if the claim may be gone, Preempted if stopping.
+    def now(self):
+        """The database's clock, estimated without a round trip."""
+        return self.claim.db_now()
 
-        The lease is checked against the local monotonic clock, so no new step starts without
-        a live lease and the check costs no round trip; the flush's fenced write confirms it.
+    def before_step(self, key: str, running: workpool.StepRecord | None = None) -> None:
+        """Make the journal durable before a step starts (with its `running` entry, if any).
+
+        Raise LeaseLost if the claim may be gone, RunTimedOut past the run's deadline,
+        Preempted if the worker is stopping. The lease is checked against the local monotonic
+        clock, so no new step starts without a live lease at no cost of a round trip.
         """
+        if self.deadline is not None and self.now() >= self.deadline:
+            raise RunTimedOut()
+        if running is not None:
+            self.pending.append(running)
         self.flush()
         # After the flush: a pause (GC, SIGSTOP) between that write and this check must not
         # let a worker whose lease lapsed meanwhile start the step.
@@ -48,15 +62,12 @@ class Session:
             raise LeaseLost("lease expired")
         if self._should_stop():
             raise Preempted()
+        if self.claim.attempts > 1:
+            # A redelivery: a worker died during this advance. Note each step as it starts, so
+            # that if this one dies too, the poison report can name the step.
+            workpool.note_step(self.claim, key)
 
-    def now(self):
-        return clock.now()
-
-    def record(self, *, key, seq, kind, name, status, result, error, started_at, now=False) -> None:
-        record = workpool.StepRecord(
-            key=key, seq=seq, kind=kind, name=name, status=status, result=result,
-            error=error, attempts=1, started_at=started_at, finished_at=clock.now(),
-        )
+    def record(self, record: workpool.StepRecord, now: bool = False) -> None:
         if now:
             self._write([record])
         else:
@@ -66,9 +77,7 @@ class Session:
         records = self.take_pending()
         if records:
             self._write(records)
-            if faults.active:
-                for record in records:
-                    faults.hit("after_checkpoint_commit", record.key)
+            self.committed(records)
 
     def take_pending(self) -> list:
         """The buffered entries, to be written now or with the run's outcome or suspension."""
@@ -78,12 +87,38 @@ class Session:
                 faults.hit("before_checkpoint_commit", record.key)
         return records
 
+    def committed(self, records) -> None:
+        """After `records` committed: fault points, then the step signals."""
+        for record in records:
+            if faults.active:
+                faults.hit("after_checkpoint_commit", record.key)
+            if record.kind != "step":
+                continue
+            if record.status == "completed":
+                signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id,
+                             workflow=self.workflow, key=record.key,
+                             result=serialization.decode(record.result), attempts=record.attempts)
+            elif record.status in ("failed", "retrying"):
+                self._step_failed(record.key, record.error, record.attempts, record.status == "retrying")
+
+    def attempt_failed(self, key: str, error: str, attempt: int) -> None:
+        """An attempt failed and is retried at once, without a back-off (nothing to commit)."""
+        self._step_failed(key, error, attempt, True)
+
+    def _step_failed(self, key, error, attempt, will_retry) -> None:
+        signals.send(signals.step_failed, self.workflow, run_id=self.claim.run_id, workflow=self.workflow, key=key,
+                     error=serialization.decode(error), attempt=attempt, will_retry=will_retry)
+
     def _write(self, records) -> None:
         try:
             workpool.record_steps(self.claim, records)
         except DatabaseError as exc:
             # Our checkpoint failed, not the workflow: this must not become the run's error.
-            raise DatabaseUnavailable(str(exc)) from exc
+            # If the commit went through and only its answer was lost, the rows are there.
+            if not workpool.recorded(self.claim, records):
+                raise DatabaseUnavailable(str(exc)) from exc
+            logger.warning("Run %s: a checkpoint committed although its answer was lost (%s).",
+                           self.claim.run_id, exc)
 
 
 def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:
@@ -93,10 +128,16 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         # Finished (or deleted) while the wakeup was queued: free the item, change nothing.
         workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None)
         return "already finished"
-    journal = {key: Entry(seq, kind, name, status, result, error)
-               for key, seq, kind, name, status, result, error in run.journal}
-    if not journal:
+    session = Session(claim, run.workflow, should_stop)
+    if session.deadline is not None and session.now() >= session.deadline:
+        return _timed_out(claim, run, session)
+    journal = {
+        key: Entry(seq, kind, name, status, result, error, attempts, deadline_at, retry_at)
+        for key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at in run.journal
+    }
+    if not journal and run.attempt == 1:
         logger.info("Run %s of %s started (delivery %d).", claim.run_id, run.workflow, claim.attempts)
+        signals.send(signals.run_started, run.workflow, run_id=claim.run_id, workflow=run.workflow)
 
     try:
         definition = registry.get(run.workflow)
@@ -108,40 +149,71 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         exc = ValueError(f"The run's stored input cannot be read: {exc}")
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc, with_traceback=False))
 
-    session = Session(claim, should_stop)
     context = Context(
-        run_id=claim.run_id, workflow=run.workflow, attempt=run.attempt,
-        journal=journal, session=session,
+        run_id=claim.run_id, workflow=run.workflow, attempt=run.attempt, journal=journal,
+        session=session, retry=definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY")),
     )
     try:
         value = definition.fn(context, *args, **kwargs)
     except Suspend as suspend:
-        released = workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
-                                    records=session.take_pending())
-        return "waiting" if released else "lost"
+        records = session.take_pending()
+        if not workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
+                                records=records, timers=suspend.timers):
+            return "lost"
+        session.committed(records)
+        return "waiting"
     except Preempted:
         return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
     except LeaseLost:
         return "lost"
+    except RunTimedOut:
+        return _timed_out(claim, run, session)
     except Exception as exc:
-        return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), records=session.take_pending())
+        if run.attempt < run.max_attempts:
+            return _retry_run(claim, run, session, exc, definition)
+        return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
     try:
-        result = serialization.encode(
-            value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
-        )
+        result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     except (TypeError, ValueError) as exc:
-        return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), records=session.take_pending())
-    return _finish(claim, run, RunStatus.COMPLETED, result=result, records=session.take_pending())
+        return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
+    return _finish(claim, run, RunStatus.COMPLETED, result=result, session=session)
 
 
-def _finish(claim, run, status, *, result=None, error=None, records=()) -> str:
+def _finish(claim, run, status, *, result=None, error=None, session=None) -> str:
+    records = session.take_pending() if session else []
     if not workpool.finish_run(claim, status=status, result=result, error=error, records=records):
         return "lost"
-    if faults.active:
-        for record in records:
-            faults.hit("after_checkpoint_commit", record.key)
+    if session:
+        session.committed(records)
     logger.info("Run %s of %s %s.", claim.run_id, run.workflow, status)
+    if status == RunStatus.COMPLETED:
+        signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, workflow=run.workflow,
+                     result=serialization.decode(result))
+    else:
+        signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, workflow=run.workflow,
+                     status=status, error=serialization.decode(error))
     return status
+
+
+def _timed_out(claim, run, session) -> str:
+    deadline = session.deadline
+    exc = WorkflowTimeout(f"The run passed its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC (the workflow's timeout).")
+    return _finish(claim, run, RunStatus.TIMED_OUT, error=_error_text(exc, with_traceback=False), session=session)
+
+
+def _retry_run(claim, run, session, exc, definition) -> str:
+    """The workflow function raised with attempts left: go again from the last checkpoint."""
+    policy = definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY"))
+    retry_at = session.now() + dt.timedelta(seconds=policy.backoff(run.attempt))
+    records = session.take_pending()
+    if not workpool.retry_run(claim, retry_at=retry_at, error=_error_text(exc), records=records,
+                              waiting_on=f"retry of the run (attempt {run.attempt + 1} of {run.max_attempts}) "
+                                         f"at {retry_at:%Y-%m-%d %H:%M:%S} UTC"):
+        return "lost"
+    session.committed(records)
+    logger.info("Run %s of %s raised %s; it goes again from its last checkpoint (attempt %d of %d).",
+                claim.run_id, run.workflow, type(exc).__name__, run.attempt + 1, run.max_attempts)
+    return "retrying"
 
 
 def _error_text(exc: BaseException, *, with_traceback: bool = True) -> str:

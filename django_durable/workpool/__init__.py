@@ -21,8 +21,9 @@ from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, W
 
 from .. import clock, conf, faults, serialization
 from ..interrupts import LeaseLost
-from ..models import Step, WorkflowRun, WorkItem
+from ..models import Step, Timer, WorkflowRun, WorkItem
 from . import postgres, sqlite
+from .journal import StepRecord
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -32,22 +33,6 @@ Status = WorkItem.Status
 RunStatus = WorkflowRun.Status
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    """A journal entry to write: what a step (or a recorded value) produced."""
-
-    key: str
-    seq: int
-    kind: str
-    name: str
-    status: str
-    result: str | None
-    error: str | None
-    attempts: int
-    started_at: dt.datetime
-    finished_at: dt.datetime
-
-
 @dataclass
 class RunState:
     """What replay needs of a run, read in the same statement that claimed it (PostgreSQL)."""
@@ -55,7 +40,10 @@ class RunState:
     workflow: str
     input: str
     attempt: int
-    journal: list  # [key, seq, kind, name, status, result, error] per recorded entry
+    max_attempts: int
+    deadline_at: dt.datetime | None
+    # per recorded entry: [key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at]
+    journal: list
 
 
 @dataclass
@@ -71,8 +59,17 @@ class Claim:
     worker: str
     db: str
     valid_until: float  # time.monotonic() by which the lease is surely still ours
+    db_time: dt.datetime | None = None  # the database's clock when the claim was made...
+    db_time_at: float = 0.0  # ...and time.monotonic() just after
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
+    step_deadline: float | None = None  # time.monotonic() by which the running step must end
+
+    def db_now(self) -> dt.datetime:
+        """The database's clock now, estimated from the claim without a round trip."""
+        if clock.is_frozen() or self.db_time is None:
+            return clock.now()
+        return self.db_time + dt.timedelta(seconds=time.monotonic() - self.db_time_at)
 
     def alive(self) -> bool:
         """Return True while the lease surely holds; a False is final."""
@@ -109,13 +106,15 @@ def claim(*, worker: str, queues: list[str] | None, db: str) -> Claim | None:
     row = _backend(db).claim(worker=worker[:200], queues=queues, db=db, token=token, lease=lease_seconds())
     if row is None:
         return None
-    item_id, kind, run_id, step_key, attempts, run = row
+    item_id, kind, run_id, step_key, attempts, db_time, run = row
+    result = Claim(
+        item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
+        token=token, worker=worker, db=db, valid_until=_valid_until(started),
+        db_time=db_time, db_time_at=time.monotonic(), run=run,
+    )
     if faults.active:
         faults.hit("after_claim_commit")
-    return Claim(
-        item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
-        token=token, worker=worker, db=db, valid_until=_valid_until(started), run=run,
-    )
+    return result
 
 
 def record_steps(claim: Claim, records: list[StepRecord]) -> None:
@@ -142,16 +141,18 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     return True
 
 
-def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = ()) -> bool:
+def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),
+            timers: list[tuple[str, str, dt.datetime]] = ()) -> bool:
     """Hand the run back, fenced: it waits (`waiting`) or goes back to the queue (`pending`).
 
     A waiting run's item goes idle unless a wakeup arrived meanwhile; a pending run's item is
-    ready again at once. Return False (writing nothing) if the claim was already lost.
+    ready again at once. `timers` are (kind, step key, fire at) to create for the run, in the
+    same transaction. Return False (writing nothing) if the claim was already lost.
     """
     requeue = run_status == RunStatus.PENDING
     if not _backend(claim.db).release(
         claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
-        notify=requeue and conf.get("LISTEN_NOTIFY"),
+        timers=list(timers), notify=requeue and conf.get("LISTEN_NOTIFY"),
     ):
         claim.lost = True
         return False
@@ -178,12 +179,84 @@ def lease_expiry():
     )
 
 
-# -- wakeups ----------------------------------------------------------------------------------
+def note_step(claim: Claim, key: str) -> None:
+    """Note on the run's work item the step a redelivered advance is starting (fenced)."""
+    if claim.fence().update(step_key=key[:255]) != 1:
+        claim.lost = True
+        raise LeaseLost(f"claim {claim.token} no longer holds; step {key!r} not started")
 
 
-def wake(run_id, *, db: str) -> None:
-    """Make the run's advance item ready; if it is being processed, flag it to run again."""
-    WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).update(
+def recorded(claim: Claim, records: list[StepRecord]) -> bool:
+    """Return True if `records` are in the journal as written: a commit whose answer was lost.
+
+    Reads on a fresh connection; any database error means "not known to be recorded".
+    """
+    from django.db import DatabaseError
+
+    connections[claim.db].close()
+    try:
+        found = dict(
+            Step.objects.using(claim.db)
+            .filter(run_id=claim.run_id, key__in=[r.key for r in records])
+            .values_list("key", "status")
+        )
+    except DatabaseError:
+        connections[claim.db].close()
+        return False
+    return all(found.get(r.key) == r.status for r in records)
+
+
+def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[StepRecord], waiting_on: str) -> bool:
+    """Schedule the run to go again from its last checkpoint at `retry_at`, fenced.
+
+    Its failed steps are forgotten (they run again), its attempt is counted, and a timer wakes
+    it. Return False (writing nothing) if the claim is lost.
+    """
+    record_steps(claim, records)
+    with transaction.atomic(using=claim.db):
+        if not claim.fence().update(
+            status=Status.COMPLETED, claim_token=None, claimed_by="", claim_expires_at=None,
+            attempts=0, wake=False, step_key="", available_at=clock.db_now(),
+        ):
+            claim.lost = True
+            return False
+        Step.objects.using(claim.db).filter(run_id=claim.run_id, status=Step.Status.FAILED).delete()
+        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(
+            status=RunStatus.WAITING, attempt=F("attempt") + 1, error=error, waiting_on=waiting_on[:500],
+            updated_at=clock.db_now(),
+        )
+        Timer.objects.using(claim.db).create(kind=Timer.Kind.RETRY, run_id=claim.run_id, fire_at=retry_at)
+    return True
+
+
+# -- timers and wakeups -----------------------------------------------------------------------
+
+
+def fire_timers(*, db: str, batch: int = 1000) -> int:
+    """Fire the timers that are due (by the database's clock) and wake their runs; return how many.
+
+    Several workers may do this at once: on PostgreSQL each takes different timers (SKIP
+    LOCKED), on SQLite the transaction serializes them; each timer fires once.
+    """
+    with transaction.atomic(using=db):
+        due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
+        if connections[db].vendor == "postgresql":
+            due = due.select_for_update(skip_locked=True, no_key=True)
+        rows = list(due.order_by("fire_at").values_list("id", "run_id")[:batch])
+        if not rows:
+            return 0
+        Timer.objects.using(db).filter(id__in=[r[0] for r in rows], status=Timer.Status.PENDING).update(
+            status=Timer.Status.FIRED, fired_at=clock.db_now()
+        )
+        wake([r[1] for r in rows if r[1] is not None], db=db)
+    return len(rows)
+
+
+def wake(run_ids, *, db: str) -> None:
+    """Make these runs' advance items ready; one being processed is flagged to run again."""
+    if not isinstance(run_ids, (list, tuple, set)):
+        run_ids = [run_ids]
+    WorkItem.objects.using(db).filter(run_id__in=run_ids, kind=WorkItem.Kind.ADVANCE).update(
         status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
         available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
         wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
@@ -213,7 +286,7 @@ def reap(*, db: str, batch: int = 100) -> int:
         qs = WorkItem.objects.using(db).expired()
         if connections[db].vendor == "postgresql":
             qs = qs.select_for_update(skip_locked=True, no_key=True)
-        rows = list(qs.values_list("id", "run_id", "attempts", "claimed_by")[:batch])
+        rows = list(qs.values_list("id", "run_id", "attempts", "claimed_by", "step_key")[:batch])
         if not rows:
             return 0
         if faults.active:
@@ -233,8 +306,8 @@ def reap(*, db: str, batch: int = 100) -> int:
                 id__in=[r[1] for r in again], status=RunStatus.RUNNING
             ).update(status=RunStatus.PENDING, updated_at=clock.db_now())
             notify(db)
-        for item_id, run_id, attempts, claimed_by in poison:
-            _fail_poison(db, item_id, run_id, attempts, claimed_by)
+        for item_id, run_id, attempts, claimed_by, step_key in poison:
+            _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key)
     logger.warning("Returned %d expired claim(s) to the queue, failed %d.", len(again), len(poison))
     return len(rows)
 
@@ -243,9 +316,12 @@ class WorkerLost(Exception):
     """The run's worker died on it too many times (recorded as the run's error)."""
 
 
-def _fail_poison(db, item_id, run_id, attempts, claimed_by) -> None:
-    last = Step.objects.using(db).filter(run_id=run_id).order_by("-seq").values_list("key", flat=True).first()
-    where = f"after step {last!r}" if last else "before its first step"
+def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
+    if step_key:
+        where = f"on step {step_key!r}"
+    else:
+        last = Step.objects.using(db).filter(run_id=run_id).order_by("-seq").values_list("key", flat=True).first()
+        where = f"after step {last!r}" if last else "before its first step"
     message = (
         f"The worker was lost {attempts} times while advancing this run ({where}); the last "
         f"worker was {claimed_by!r}. It ran out of deliveries (DURABLE_MAX_DELIVERIES="

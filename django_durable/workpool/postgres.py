@@ -13,24 +13,12 @@ from django.db import DatabaseError, connections, transaction
 
 from .. import clock, conf
 from ..models import WorkflowRun, WorkItem
+from .journal import STEP_COLUMNS, UPSERT
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(WorkflowRun.TERMINAL))
 
-_STEP_COLUMNS = (
-    ("run_id", "uuid"),
-    ("key", "varchar"),
-    ("seq", "integer"),
-    ("kind", "varchar"),
-    ("name", "varchar"),
-    ("status", "varchar"),
-    ("result", "text"),
-    ("error", "text"),
-    ("attempts", "integer"),
-    ("started_at", "timestamptz"),
-    ("finished_at", "timestamptz"),
-)
-_COLUMN_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
-_ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in _STEP_COLUMNS) + ")"
+_COLUMN_NAMES = ", ".join(f'"{name}"' for name, _ in STEP_COLUMNS)
+_ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in STEP_COLUMNS) + ")"
 
 _pick_cache: dict = {}
 
@@ -128,26 +116,28 @@ def claim(*, worker, queues, db, token, lease):
             SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}
             FROM claimed
             WHERE r.id = claimed.run_id AND r.status NOT IN ({_TERMINAL})
-            RETURNING r.id, r.workflow, r.input, r.attempt
+            RETURNING r.id, r.workflow, r.input, r.attempt, r.max_attempts, r.deadline_at
         )
-        SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, run.workflow, run.input, run.attempt,
-               (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error))
+        SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now},
+               run.workflow, run.input, run.attempt, run.max_attempts, run.deadline_at,
+               (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result,
+                                                 s.error, s.attempts, s.deadline_at, s.retry_at))
                 FROM durable_step AS s WHERE s.run_id = c.run_id)
         FROM claimed AS c LEFT JOIN run ON run.id = c.run_id
     """
     row, _ = _execute(db, sql, [*pick_params, token, worker, lease])
     if row is None:
         return None
-    item_id, kind, run_id, step_key, attempts, workflow, text, attempt, journal = row
-    run = RunState(workflow, text, attempt, journal or []) if workflow is not None else None
-    return item_id, kind, run_id, step_key, attempts, run
+    item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal = row
+    run = RunState(workflow, *state, journal or []) if workflow is not None else None
+    return item_id, kind, run_id, step_key, attempts, db_now, run
 
 
 def _values(claim, records) -> tuple[str, list]:
     params = []
-    for r in records:
-        params.extend((claim.run_id, r.key, r.seq, r.kind, r.name, r.status, r.result, r.error,
-                       r.attempts, r.started_at, r.finished_at))
+    for record in records:
+        params.append(claim.run_id)
+        params.extend(record.values)
     return ", ".join([_ROW] * len(records)), params
 
 
@@ -161,18 +151,20 @@ def record_steps(claim, records) -> int:
         )
         INSERT INTO durable_step ({_COLUMN_NAMES})
         SELECT v.* FROM fence, (VALUES {rows}) AS v ({_COLUMN_NAMES})
-        ON CONFLICT (run_id, key) DO NOTHING
+        {UPSERT}
     """
     return _execute(claim.db, sql, [claim.item_id, claim.token, *params])[1]
 
 
-def _end(item_status_sql: str, now: str, records, claim) -> tuple[str, list]:
-    """The CTEs shared by finish and release: free the item (fenced), record the last entries."""
+def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, list]:
+    """The CTEs shared by finish and release: free the item (fenced), record the last entries,
+    set the run's timers. Everything after `fence` happens only if the fence held."""
     sql = f"""
         WITH fence AS (
             UPDATE durable_work_item
             SET status = {item_status_sql}, available_at = {now}, claim_token = NULL,
-                claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false
+                claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false,
+                step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
             WHERE id = %s AND claim_token = %s
             RETURNING run_id
         )"""
@@ -183,20 +175,37 @@ def _end(item_status_sql: str, now: str, records, claim) -> tuple[str, list]:
         steps AS (
             INSERT INTO durable_step ({_COLUMN_NAMES})
             SELECT v.* FROM fence, (VALUES {rows}) AS v ({_COLUMN_NAMES})
-            ON CONFLICT (run_id, key) DO NOTHING RETURNING 1
+            {UPSERT} RETURNING 1
         )"""
         params.extend(values)
+    if timers:
+        rows = ", ".join(["(%s::varchar, %s::varchar, %s::timestamptz)"] * len(timers))
+        sql += f""",
+        timers AS (
+            INSERT INTO durable_timer (kind, run_id, step_key, fire_at, status, created_at)
+            SELECT t.kind, fence.run_id, t.step_key, t.fire_at, 'pending', {now}
+            FROM fence, (VALUES {rows}) AS t (kind, step_key, fire_at)
+            RETURNING 1
+        )"""
+        for timer in timers:
+            params.extend(timer)
     return sql, params
 
 
 def finish_run(claim, *, status, result, error, records) -> bool:
     now = clock.now_sql("postgresql")
-    sql, params = _end("'completed'", now, records, claim)
+    sql, params = _end("'completed'", now, claim, records, ())
     sql += f""",
         done AS (
             UPDATE durable_workflow_run AS r
             SET status = %s, result = %s, error = %s, waiting_on = '', finished_at = {now}, updated_at = {now}
             FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({_TERMINAL})
+            RETURNING 1
+        ),
+        -- A finished run has nothing left to wake it: its pending timers never fire.
+        quiet AS (
+            UPDATE durable_timer AS t SET status = 'cancelled'
+            FROM fence WHERE t.run_id = fence.run_id AND t.status = 'pending'
             RETURNING 1
         )
         SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM done)
@@ -205,10 +214,10 @@ def finish_run(claim, *, status, result, error, records) -> bool:
     return _run(claim, sql, params, records)
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, notify) -> bool:
+def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) -> bool:
     now = clock.now_sql("postgresql")
     item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
-    sql, params = _end(item_status, now, records, claim)
+    sql, params = _end(item_status, now, claim, records, timers)
     sql += f""",
         moved AS (
             UPDATE durable_workflow_run AS r

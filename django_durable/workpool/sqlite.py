@@ -8,16 +8,14 @@ the same IMMEDIATE transaction, which no other writer can interleave with.
 from __future__ import annotations
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import clock
-from ..models import Step, WorkflowRun, WorkItem
+from ..models import Step, Timer, WorkflowRun, WorkItem
+from .journal import STEP_COLUMNS, UPSERT
 
-_STEP_FIELDS = [
-    Step._meta.get_field(name)
-    for name in ("run", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at")
-]
+_STEP_FIELDS = [Step._meta.get_field(name.removesuffix("_id")) for name, _ in STEP_COLUMNS]
 _COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
 _ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
 
@@ -60,24 +58,25 @@ def claim(*, worker, queues, db, token, lease):
             WorkflowRun.objects.using(db)
             .filter(id=run_id)
             .exclude(status__in=WorkflowRun.TERMINAL)
-            .values_list("workflow", "input", "attempt")
+            .values_list("workflow", "input", "attempt", "max_attempts", "deadline_at")
             .first()
         )
         if state is not None:
             journal = list(
                 Step.objects.using(db)
                 .filter(run_id=run_id)
-                .values_list("key", "seq", "kind", "name", "status", "result", "error")
+                .values_list("key", "seq", "kind", "name", "status", "result", "error", "attempts",
+                             "deadline_at", "retry_at")
             )
             run = RunState(*state, journal)
-    return item_id, kind, run_id, step_key, attempts, run
+    # SQLite's clock is this machine's clock.
+    return item_id, kind, run_id, step_key, attempts, clock.now(), run
 
 
 def _params(claim, records, connection) -> list:
     params = []
-    for r in records:
-        values = (claim.run_id, r.key, r.seq, r.kind, r.name, r.status, r.result, r.error,
-                  r.attempts, r.started_at, r.finished_at)
+    for record in records:
+        values = (claim.run_id, *record.values)
         params.extend(f.get_db_prep_value(v, connection) for f, v in zip(_STEP_FIELDS, values))
     return params
 
@@ -89,14 +88,14 @@ def record_steps(claim, records) -> int:
     sql = (
         f"INSERT INTO durable_step ({_COLUMN_NAMES}) SELECT * FROM (VALUES {', '.join([_ROW] * len(records))}) "
         "WHERE EXISTS (SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s "
-        "AND status = 'processing') ON CONFLICT (run_id, key) DO NOTHING"
+        f"AND status = 'processing') {UPSERT}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, claim.item_id, token])
         return cursor.rowcount
 
 
-def _end(claim, item_status, records) -> bool:
+def _end(claim, item_status, records, timers=()) -> bool:
     if not claim.fence().update(
         status=item_status,
         available_at=clock.db_now(),
@@ -105,6 +104,7 @@ def _end(claim, item_status, records) -> bool:
         claim_expires_at=None,
         attempts=0,
         wake=False,
+        step_key=Case(When(kind=WorkItem.Kind.ADVANCE, then=Value("")), default=F("step_key")),
     ):
         return False
     if records:
@@ -114,10 +114,12 @@ def _end(claim, item_status, records) -> bool:
         params = _params(claim, records, connection)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO durable_step ({_COLUMN_NAMES}) VALUES {', '.join([_ROW] * len(records))} "
-                "ON CONFLICT (run_id, key) DO NOTHING",
+                f"INSERT INTO durable_step ({_COLUMN_NAMES}) VALUES {', '.join([_ROW] * len(records))} {UPSERT}",
                 params,
             )
+    Timer.objects.using(claim.db).bulk_create(
+        Timer(kind=kind, run_id=claim.run_id, step_key=key, fire_at=fire_at) for kind, key, fire_at in timers
+    )
     return True
 
 
@@ -129,17 +131,19 @@ def finish_run(claim, *, status, result, error, records) -> bool:
             status=status, result=result, error=error, waiting_on="",
             finished_at=clock.db_now(), updated_at=clock.db_now(),
         )
+        # A finished run has nothing left to wake it: its pending timers never fire.
+        Timer.objects.using(claim.db).filter(run_id=claim.run_id, status=Timer.Status.PENDING).update(
+            status=Timer.Status.CANCELLED
+        )
     return True
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, notify) -> bool:
-    from django.db.models import Case, Value, When
-
+def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) -> bool:
     item_status = WorkItem.Status.PENDING if requeue else Case(
         When(wake=True, then=Value(WorkItem.Status.PENDING)), default=Value(WorkItem.Status.COMPLETED)
     )
     with transaction.atomic(using=claim.db):
-        if not _end(claim, item_status, records):
+        if not _end(claim, item_status, records, timers):
             return False
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=WorkflowRun.Status.RUNNING).update(
             status=run_status, waiting_on=waiting_on, updated_at=clock.db_now()

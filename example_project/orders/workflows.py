@@ -56,7 +56,8 @@ def word_count(ctx: durable.Context, texts: list[str]) -> int:
 
 
 def flaky(order_id):
-    raise RuntimeError(f"The label printer is out of paper (order {order_id}).")
+    # NonRetryableError: no point in trying again; other errors are retried with back-off.
+    raise durable.NonRetryableError(f"The label printer is out of paper (order {order_id}).")
 
 
 @durable.workflow("examples.failing")

@@ -1,0 +1,76 @@
+"""A worker's second thread: heartbeats, the reaper, due timers, and its two watchdogs.
+
+It has its own database connection, so a long step never delays the heartbeat that keeps its
+lease, nor the recovery of other workers' expired claims, nor the timers of sleeping runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from . import conf, workpool
+
+logger = logging.getLogger("django_durable.worker")
+
+
+class Maintenance(threading.Thread):
+    def __init__(self, worker):
+        super().__init__(name="durable-maintenance", daemon=True)
+        self.worker = worker
+        self.heartbeat = float(conf.get("HEARTBEAT_SECONDS"))
+        self.reaper_interval = float(conf.get("REAPER_INTERVAL"))
+        self.timer_interval = max(0.05, min(1.0, float(conf.get("POLL_INTERVAL"))))
+        self.kill_grace = float(conf.get("STEP_KILL_GRACE_SECONDS"))
+        self.tick = max(0.02, min(0.25, self.heartbeat / 4, self.timer_interval))
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        from .worker import DB_ERRORS, close_connection
+
+        worker = self.worker
+        now = time.monotonic()
+        next_reap = now + random.uniform(0, self.reaper_interval)
+        next_timers = now
+        beats: dict = {}
+        try:
+            while not self.done.wait(self.tick):
+                now = time.monotonic()
+                if worker.hard_stop or (worker.stop_deadline is not None and now >= worker.stop_deadline):
+                    worker.abandon_and_exit("on shutdown")
+                claim = worker.current_claim()
+                try:
+                    if claim is not None:
+                        self._watch(claim, now)
+                        last = beats.setdefault(claim.token, now)
+                        if now - last >= self.heartbeat:
+                            beats[claim.token] = now
+                            if not workpool.renew(claim):
+                                logger.warning("Worker %s lost its claim on run %s.", worker.name, claim.run_id)
+                    else:
+                        beats.clear()
+                    if now >= next_reap:
+                        next_reap = now + self.reaper_interval * random.uniform(0.8, 1.2)
+                        workpool.reap(db=worker.db)
+                    if now >= next_timers:
+                        next_timers = now + self.timer_interval * random.uniform(0.8, 1.2)
+                        workpool.fire_timers(db=worker.db)
+                except DB_ERRORS as exc:
+                    logger.warning("Database error in maintenance of %s: %s", worker.name, exc)
+                    close_connection(worker.db)
+                except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
+                    logger.exception("Maintenance of worker %s failed; going on.", worker.name)
+        finally:
+            close_connection(worker.db)
+
+    def _watch(self, claim, now: float) -> None:
+        """Replace the process when its step ignores its timeout (a C call, a swallowed StepTimeout)."""
+        deadline = claim.step_deadline
+        if deadline is not None and now > deadline + self.kill_grace:
+            logger.error(
+                "A step of run %s is still running %.1f s past its deadline and ignores the timeout; "
+                "replacing worker process %s.", claim.run_id, now - deadline, self.worker.name,
+            )
+            self.worker.abandon_and_exit("stuck past its timeout", replace=True)

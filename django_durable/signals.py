@@ -1,0 +1,37 @@
+"""Django signals for run and step events, sent after the change they announce has committed.
+
+The sender is the workflow's name, so a receiver can listen to one workflow:
+``run_completed.connect(handler, sender="orders.fulfil")``. Receivers run in the worker process;
+an exception in a receiver is logged and does not affect the run.
+
+- ``run_started(run_id, workflow)``: a worker began the run's first advance.
+- ``run_completed(run_id, workflow, result)``: the run returned.
+- ``run_failed(run_id, workflow, status, error)``: the run ended ``failed`` or ``timed_out``.
+- ``run_cancelled(run_id, workflow)``: the run ended ``cancelled``.
+- ``step_completed(run_id, workflow, key, result, attempts)``: a step's result was recorded.
+- ``step_failed(run_id, workflow, key, error, attempt, will_retry)``: an attempt failed;
+  ``will_retry`` is False when the step failed for good.
+"""
+
+import logging
+
+from django.dispatch import Signal
+
+logger = logging.getLogger("django_durable")
+
+run_started = Signal()
+run_completed = Signal()
+run_failed = Signal()
+run_cancelled = Signal()
+step_completed = Signal()
+step_failed = Signal()
+
+
+def send(signal: Signal, sender: str, **kwargs) -> None:
+    """Send `signal` from `sender` (a workflow's name); log, never raise, what a receiver raises."""
+    if not signal.has_listeners(sender):
+        return
+    for receiver, response in signal.send_robust(sender=sender, **kwargs):
+        if isinstance(response, Exception):
+            logger.error("Receiver %r of a django-durable signal raised %r.", receiver, response,
+                         exc_info=(type(response), response, response.__traceback__))

@@ -1,0 +1,55 @@
+"""What the hot path writes to the journal: a step record and its columns, shared by both databases."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A journal entry to write: what a step (or a recorded value) produced."""
+
+    key: str
+    seq: int
+    kind: str
+    name: str
+    status: str
+    result: str | None
+    error: str | None
+    attempts: int
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    deadline_at: dt.datetime | None = None
+    retry_at: dt.datetime | None = None
+
+    @property
+    def values(self) -> tuple:
+        """The column values after run_id, in the order of STEP_COLUMNS."""
+        return (self.key, self.seq, self.kind, self.name, self.status, self.result, self.error,
+                self.attempts, self.started_at, self.finished_at, self.deadline_at, self.retry_at)
+
+
+# The journal's columns as the hot-path statements write them, with their PostgreSQL types.
+STEP_COLUMNS = (
+    ("run_id", "uuid"),
+    ("key", "varchar"),
+    ("seq", "integer"),
+    ("kind", "varchar"),
+    ("name", "varchar"),
+    ("status", "varchar"),
+    ("result", "text"),
+    ("error", "text"),
+    ("attempts", "integer"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+    ("deadline_at", "timestamptz"),
+    ("retry_at", "timestamptz"),
+)
+# A second write of a key replaces a running or retrying entry, never a final one: a recorded
+# outcome is written at most once.
+UPSERT = (
+    "ON CONFLICT (run_id, key) DO UPDATE SET "
+    + ", ".join(f'"{name}" = EXCLUDED."{name}"' for name, _ in STEP_COLUMNS if name not in ("run_id", "key", "seq"))
+    + " WHERE durable_step.status NOT IN ('completed', 'failed')"
+)
