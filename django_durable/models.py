@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import serialization
+from . import clock, serialization
 
 
 def uuid7() -> uuid.UUID:
@@ -156,14 +156,14 @@ class Step(models.Model):
 class WorkItemQuerySet(models.QuerySet):
     def ready(self, queues=None):
         """Pending items whose time has come, in claim order."""
-        qs = self.filter(status=WorkItem.Status.PENDING, available_at__lte=Now())
+        qs = self.filter(status=WorkItem.Status.PENDING, available_at__lte=clock.db_now())
         if queues:
             qs = qs.filter(queue__in=queues)
         return qs.order_by("-priority", "available_at", "id")
 
     def expired(self):
         """Claimed items whose lease has run out (by the database's clock)."""
-        return self.filter(status=WorkItem.Status.PROCESSING, claim_expires_at__lt=Now())
+        return self.filter(status=WorkItem.Status.PROCESSING, claim_expires_at__lt=clock.db_now())
 
 
 class WorkItem(models.Model):

@@ -126,3 +126,9 @@ def get(name_or_fn: str | Callable) -> WorkflowDefinition:
 
 def names() -> list[str]:
     return sorted(_registry)
+
+
+def sender_of(name: str):
+    """The workflow function registered under `name` (the sender of its signals), or None."""
+    definition = _registry.get(name)
+    return definition.fn if definition else None

@@ -9,9 +9,11 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from . import conf, registry, serialization, workpool
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+
+from . import clock, conf, registry, serialization, workpool
 from .exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
-from .models import WorkflowRun, WorkItem
+from .models import Timer, WorkflowRun, WorkItem
 
 
 def start(
@@ -62,10 +64,21 @@ def start(
                 return existing
             run = existing
         WorkItem.objects.using(db).create(
-            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority
+            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority,
+            available_at=clock.db_now(),
         )
+        if definition.timeout is not None:
+            _set_deadline(run, definition.timeout, db)
         workpool.notify(db)
     return run
+
+
+def _set_deadline(run: WorkflowRun, timeout, db: str) -> None:
+    """The run ends timed_out at creation + timeout: a timer wakes it then, wherever it waits."""
+    deadline = ExpressionWrapper(clock.db_now() + Value(timeout), output_field=DateTimeField())
+    WorkflowRun.objects.using(db).filter(pk=run.pk).update(deadline_at=deadline)
+    run.refresh_from_db(fields=["deadline_at"])
+    Timer.objects.using(db).create(kind=Timer.Kind.DEADLINE, run=run, fire_at=run.deadline_at)
 
 
 def _check_queue(name: Any) -> str:

@@ -1,8 +1,9 @@
 """Django signals for run and step events, sent after the change they announce has committed.
 
-The sender is the workflow's name, so a receiver can listen to one workflow:
-``run_completed.connect(handler, sender="orders.fulfil")``. Receivers run in the worker process;
-an exception in a receiver is logged and does not affect the run.
+The sender is the workflow function, so a receiver can listen to one workflow:
+``run_completed.connect(handler, sender=fulfil)``; every signal also passes the workflow's name
+as ``workflow``. Receivers run in the worker process; an exception in a receiver is logged and
+does not affect the run.
 
 - ``run_started(run_id, workflow)``: a worker began the run's first advance.
 - ``run_completed(run_id, workflow, result)``: the run returned.
@@ -27,11 +28,14 @@ step_completed = Signal()
 step_failed = Signal()
 
 
-def send(signal: Signal, sender: str, **kwargs) -> None:
-    """Send `signal` from `sender` (a workflow's name); log, never raise, what a receiver raises."""
+def send(signal: Signal, workflow: str, **kwargs) -> None:
+    """Send `signal` for the workflow named `workflow`; log, never raise, what a receiver raises."""
+    from .registry import sender_of
+
+    sender = sender_of(workflow)
     if not signal.has_listeners(sender):
         return
-    for receiver, response in signal.send_robust(sender=sender, **kwargs):
+    for receiver, response in signal.send_robust(sender=sender, workflow=workflow, **kwargs):
         if isinstance(response, Exception):
             logger.error("Receiver %r of a django-durable signal raised %r.", receiver, response,
                          exc_info=(type(response), response, response.__traceback__))

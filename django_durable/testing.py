@@ -1,7 +1,13 @@
-"""Helpers for testing workflows: run queued work in-process, without worker processes."""
+"""Helpers for testing workflows: run queued work in-process, and a clock tests can move."""
 
 from __future__ import annotations
 
+import datetime as dt
+from contextlib import contextmanager
+
+from django.utils import timezone
+
+from . import clock as _clock
 from . import conf, workpool
 from .engine.replay import advance
 from .models import WorkItem
@@ -24,3 +30,36 @@ def drain(*, queues: list[str] | None = None, max_items: int = 10_000, worker: s
             advance(claim)
         done += 1
     return done
+
+
+class TestClock:
+    """The frozen clock of a test: `advance()` moves it, `now` reads it."""
+
+    def __init__(self, start: dt.datetime):
+        self.now = start
+        _clock.freeze(start)
+
+    def advance(self, delta: dt.timedelta | None = None, **kwargs) -> dt.datetime:
+        """Move the clock forward by `delta` or by timedelta(**kwargs); return the new time."""
+        delta = delta if delta is not None else dt.timedelta(**kwargs)
+        if delta < dt.timedelta(0):
+            raise ValueError(f"The test clock only moves forward, not by {delta}.")
+        return self.set(self.now + delta)
+
+    def set(self, when: dt.datetime) -> dt.datetime:
+        self.now = when
+        _clock.freeze(when)
+        return when
+
+
+@contextmanager
+def clock(start: dt.datetime | None = None):
+    """Freeze the engine's clock (leases, timers, deadlines, recorded times) for a test.
+
+    It starts at `start` or now; rows the database stamps itself (created_at) keep real time,
+    so start no earlier than now.
+    """
+    try:
+        yield TestClock(start or timezone.now())
+    finally:
+        _clock.freeze(None)

@@ -194,6 +194,8 @@ class Context:
             self._next_seq += 1
         else:
             seq = entry.seq
+            if deadline is None and entry.attempts == attempts:
+                deadline = entry.deadline_at  # the outcome of a timed attempt keeps its deadline
         record = StepRecord(
             key=key, seq=seq, kind=kind, name=name, status=status, result=result, error=error,
             attempts=attempts, started_at=started,

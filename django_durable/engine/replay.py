@@ -95,8 +95,7 @@ class Session:
             if record.kind != "step":
                 continue
             if record.status == "completed":
-                signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id,
-                             workflow=self.workflow, key=record.key,
+                signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id, key=record.key,
                              result=serialization.decode(record.result), attempts=record.attempts)
             elif record.status in ("failed", "retrying"):
                 self._step_failed(record.key, record.error, record.attempts, record.status == "retrying")
@@ -106,7 +105,7 @@ class Session:
         self._step_failed(key, error, attempt, True)
 
     def _step_failed(self, key, error, attempt, will_retry) -> None:
-        signals.send(signals.step_failed, self.workflow, run_id=self.claim.run_id, workflow=self.workflow, key=key,
+        signals.send(signals.step_failed, self.workflow, run_id=self.claim.run_id, key=key,
                      error=serialization.decode(error), attempt=attempt, will_retry=will_retry)
 
     def _write(self, records) -> None:
@@ -137,7 +136,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     }
     if not journal and run.attempt == 1:
         logger.info("Run %s of %s started (delivery %d).", claim.run_id, run.workflow, claim.attempts)
-        signals.send(signals.run_started, run.workflow, run_id=claim.run_id, workflow=run.workflow)
+        signals.send(signals.run_started, run.workflow, run_id=claim.run_id)
 
     try:
         definition = registry.get(run.workflow)
@@ -187,11 +186,10 @@ def _finish(claim, run, status, *, result=None, error=None, session=None) -> str
         session.committed(records)
     logger.info("Run %s of %s %s.", claim.run_id, run.workflow, status)
     if status == RunStatus.COMPLETED:
-        signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, workflow=run.workflow,
-                     result=serialization.decode(result))
+        signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, result=serialization.decode(result))
     else:
-        signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, workflow=run.workflow,
-                     status=status, error=serialization.decode(error))
+        signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, status=status,
+                     error=serialization.decode(error))
     return status
 
 
