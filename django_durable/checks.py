@@ -84,3 +84,21 @@ def check_sqlite_journal(app_configs=None, databases=None, **kwargs):
             id="django_durable.W002",
         )]
     return []
+
+
+@register()
+def check_workflow_determinism(app_configs=None, **kwargs):
+    """Warn about calls in workflow bodies that give a different value on every replay."""
+    from . import determinism, registry
+
+    return [
+        Warning(
+            f"Workflow {name!r} calls {call}() outside a step ({where}): a replay would see a "
+            f"different value than the first run did.",
+            hint="Use ctx.now(), ctx.uuid() or ctx.random(), or move the call into a step.",
+            obj=registry.get(name).fn,
+            id="django_durable.W003",
+        )
+        for name in registry.names()
+        for call, where in determinism.nondeterministic_calls(registry.get(name).fn)
+    ]

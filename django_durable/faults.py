@@ -2,8 +2,11 @@
 
 ``DURABLE_FAULTS`` in the environment arms them: ``point=action[+action...][@step_key];...``.
 Actions: ``exit`` (os._exit, like a crash), ``kill`` (SIGKILL to this process), ``raise``
-(an OperationalError), ``sleep:SECONDS``, ``touch:PATH`` (create a file, then go on) and
-``block:PATH`` (wait until a file exists). With ``@step_key`` the fault fires only at that step.
+(an OperationalError), ``sqlstate:CODE`` (make the database raise that error on this thread's
+connection, e.g. 40001 or 40P01), ``terminate`` (pg_terminate_backend of this thread's
+connection, from a second one), ``sleep:SECONDS``, ``touch:PATH`` (create a file, then go on),
+``block:PATH`` (wait until a file exists) and ``once:PATH`` (skip the remaining actions if the
+file exists, else create it). With ``@step_key`` the fault fires only at that step.
 
 Points: after_claim_commit, before_step_call, after_step_return, before_checkpoint_commit,
 after_checkpoint_commit, before_terminal_commit, after_heartbeat, sweeper_after_select.
@@ -51,12 +54,43 @@ def hit(point: str, key: str | None = None) -> None:
     for actions, only_key in _armed.get(point, ()):
         if only_key is None or only_key == key:
             for action in actions:
-                _perform(action, point)
+                if _perform(action, point) is False:
+                    break
 
 
-def _perform(action: str, point: str) -> None:
+def _perform(action: str, point: str):
     name, _, arg = action.partition(":")
-    if name == "exit":
+    if name == "once":
+        if os.path.exists(arg):
+            return False
+        with open(arg, "a"):
+            pass
+    elif name == "sqlstate":
+        import re
+
+        from django.db import connections
+
+        from . import conf
+
+        if not re.fullmatch(r"[0-9A-Z]{5}", arg):
+            raise ValueError(f"sqlstate needs a five-character SQLSTATE, not {arg!r}.")
+        with connections[conf.get("DATABASE")].cursor() as cursor:
+            cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'fault injected at {point}' USING ERRCODE = '{arg}'; END $$")
+    elif name == "terminate":
+        from django.db import connections
+
+        from . import conf
+
+        alias = conf.get("DATABASE")
+        victim = connections[alias]
+        victim.ensure_connection()
+        side = connections.create_connection(alias)
+        try:
+            with side.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [victim.connection.info.backend_pid])
+        finally:
+            side.close()
+    elif name == "exit":
         os._exit(1)
     elif name == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

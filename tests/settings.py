@@ -88,3 +88,5 @@ LOGGING = {
     "loggers": {"django_durable": {"handlers": ["console"], "level": os.environ.get("DURABLE_LOG_LEVEL", "WARNING")}},
 }
 DURABLE_LISTEN_NOTIFY = os.environ.get("DURABLE_LISTEN_NOTIFY", "1") == "1"
+DURABLE_MAX_DELIVERIES = int(os.environ.get("DURABLE_MAX_DELIVERIES", 5))
+DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_SECONDS", 5))

@@ -138,11 +138,10 @@ class Context:
                 text = self._encode(value, key)
             except Exception as exc:
                 raise _StepRaised from exc  # roll the step's writes back
-            self._record(key, name, "completed", text, None, started, attempt, write="now")
+            record = self._record(key, name, "completed", text, None, started, attempt, write="now")
             if faults.active:
                 faults.hit("before_checkpoint_commit", key)
-        if faults.active:
-            faults.hit("after_checkpoint_commit", key)
+        self._session.committed([record])
         return serialization.decode(text)
 
     def _resume(self, key, name, entry: Entry, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:

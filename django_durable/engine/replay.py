@@ -68,30 +68,55 @@ class Session:
             workpool.note_step(self.claim, key)
 
     def record(self, record: workpool.StepRecord, now: bool = False) -> None:
+        """Buffer `record`, or with `now` write it at once (an atomic step, in its transaction)."""
         if now:
-            self._write([record])
+            try:
+                workpool.record_steps(self.claim, [record])
+            except DatabaseError as exc:
+                raise DatabaseUnavailable(str(exc)) from exc  # the step's transaction rolls back
         else:
             self.pending.append(record)
 
     def flush(self) -> None:
-        records = self.take_pending()
-        if records:
-            self._write(records)
-            self.committed(records)
+        if not self.pending:
+            return
+        records, self.pending = self.pending, []
+        try:
+            self._before_commit(records)
+            workpool.record_steps(self.claim, records)
+            self._after_commit(records)
+        except DatabaseError as exc:
+            # Our checkpoint failed, not the workflow: this must not become the run's error.
+            # If the commit went through and only its answer was lost, the rows are there.
+            if not workpool.recorded(self.claim, records):
+                raise DatabaseUnavailable(str(exc)) from exc
+            logger.warning("Run %s: a checkpoint committed although its answer was lost (%s).",
+                           self.claim.run_id, exc)
+        self._announce(records)
 
     def take_pending(self) -> list:
-        """The buffered entries, to be written now or with the run's outcome or suspension."""
+        """The buffered entries, to be written with the run's outcome or suspension."""
         records, self.pending = self.pending, []
+        self._before_commit(records)
+        return records
+
+    def _before_commit(self, records) -> None:
         if faults.active:
             for record in records:
                 faults.hit("before_checkpoint_commit", record.key)
-        return records
 
     def committed(self, records) -> None:
-        """After `records` committed: fault points, then the step signals."""
-        for record in records:
-            if faults.active:
+        """`records` were written with a commit of their own (an outcome, a suspension, an atomic step)."""
+        self._after_commit(records)
+        self._announce(records)
+
+    def _after_commit(self, records) -> None:
+        if faults.active:
+            for record in records:
                 faults.hit("after_checkpoint_commit", record.key)
+
+    def _announce(self, records) -> None:
+        for record in records:
             if record.kind != "step":
                 continue
             if record.status == "completed":
@@ -107,17 +132,6 @@ class Session:
     def _step_failed(self, key, error, attempt, will_retry) -> None:
         signals.send(signals.step_failed, self.workflow, run_id=self.claim.run_id, key=key,
                      error=serialization.decode(error), attempt=attempt, will_retry=will_retry)
-
-    def _write(self, records) -> None:
-        try:
-            workpool.record_steps(self.claim, records)
-        except DatabaseError as exc:
-            # Our checkpoint failed, not the workflow: this must not become the run's error.
-            # If the commit went through and only its answer was lost, the rows are there.
-            if not workpool.recorded(self.claim, records):
-                raise DatabaseUnavailable(str(exc)) from exc
-            logger.warning("Run %s: a checkpoint committed although its answer was lost (%s).",
-                           self.claim.run_id, exc)
 
 
 def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:

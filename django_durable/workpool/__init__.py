@@ -342,9 +342,13 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
 
 
 def pending_work(*, queues: list[str] | None, db: str) -> bool:
-    """Return True while work is ready now or claimed by some worker (a burst worker waits)."""
+    """Return True while work is ready now, claimed by some worker, or due from a timer.
+
+    A burst worker keeps going while this holds.
+    """
     qs = WorkItem.objects.using(db)
     if queues:
         qs = qs.filter(queue__in=queues)
     ready = qs.filter(status=Status.PENDING, available_at__lte=clock.db_now())
-    return ready.exists() or qs.filter(status=Status.PROCESSING).exists()
+    due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
+    return ready.exists() or qs.filter(status=Status.PROCESSING).exists() or due.exists()

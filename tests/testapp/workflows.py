@@ -88,3 +88,61 @@ def trivial(ctx, n=10):
 def raises(ctx, message="missing thing"):
     ctx.step("ok", mark, ctx.run_id, "ok")
     raise KeyError(message)
+
+
+def fail_first(run_id, key):
+    """Fail on the first execution for this run, succeed afterwards."""
+    ledger.record(run_id, key)
+    if ledger.count(run_id, key) == 1:
+        raise ConnectionError("the first attempt fails")
+    return "ok"
+
+
+@durable.workflow("tests.retry_after_backoff")
+def retry_after_backoff(ctx, backoff=2.0):
+    policy = durable.RetryPolicy(max_attempts=3, initial_backoff=backoff, jitter=0)
+    return ctx.step("call", fail_first, ctx.run_id, "call", retry=policy)
+
+
+def ignores_timeouts(run_id, key):
+    """On the first execution, refuse to stop: swallow every StepTimeout, forever."""
+    ledger.record(run_id, key)
+    if ledger.count(run_id, key) == 1:
+        while True:
+            try:
+                time.sleep(60)
+            except durable.StepTimeout:
+                pass
+    return "never stuck twice"
+
+
+@durable.workflow("tests.stuck_step")
+def stuck_step(ctx):
+    try:
+        return ctx.step("stuck", ignores_timeouts, ctx.run_id, "stuck", timeout=1,
+                        retry=durable.RetryPolicy(max_attempts=1))
+    except durable.StepTimeout:
+        return "unreachable: StepTimeout is not raised into the workflow"
+    except durable.StepFailed as failure:
+        return failure.type
+
+
+@durable.workflow("tests.timed_block")
+def timed_block(ctx, reached, release):
+    try:
+        ctx.step("b", mark_and_block, ctx.run_id, "b", reached, release, timeout=1,
+                 retry=durable.RetryPolicy(max_attempts=1))
+    except durable.StepFailed as failure:
+        return failure.type
+    return "finished in time"
+
+
+def crash_the_worker(run_id):
+    ledger.record(run_id, "boom")
+    os._exit(1)
+
+
+@durable.workflow("tests.poison")
+def poison(ctx):
+    ctx.step("before", mark, ctx.run_id, "before")
+    ctx.step("boom", crash_the_worker, ctx.run_id)

@@ -1,0 +1,91 @@
+"""Finding calls in a workflow body that differ between the first run and a replay."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import datetime
+import inspect
+import os
+import random
+import textwrap
+import time
+import uuid
+
+from django.utils import timezone
+
+KNOWN = {
+    time.time, time.time_ns, time.monotonic, time.perf_counter,
+    datetime.datetime.now, datetime.datetime.utcnow, datetime.datetime.today, datetime.date.today,
+    timezone.now, uuid.uuid1, uuid.uuid4, os.urandom,
+}
+
+
+def _nondeterministic(obj) -> bool:
+    try:
+        if obj in KNOWN:
+            return True
+    except TypeError:  # unhashable
+        return False
+    # The functions of the random and secrets modules (bound methods of a hidden generator).
+    module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__self__", None), "__module__", None)
+    return callable(obj) and module in ("random", "secrets")
+
+
+def nondeterministic_calls(fn) -> list[tuple[str, str]]:
+    """Return (call, "file:line") for each call in `fn`'s own body to a known non-deterministic function.
+
+    Nested functions and lambdas are skipped: they usually run as steps. Calls the source does
+    not show (through variables, other modules) are not seen.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        filename = inspect.getsourcefile(fn) or "?"
+        first_line = inspect.getsourcelines(fn)[1]
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return []
+    function = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    if function is None:
+        return []
+    namespace = {**vars(builtins), **getattr(fn, "__globals__", {})}
+    found = []
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Call):
+            dotted = _dotted(node.func)
+            if dotted and _nondeterministic(_resolve(dotted, namespace)):
+                found.append((dotted, f"{filename}:{first_line + node.lineno - 1}"))
+    return found
+
+
+def _own_nodes(function):
+    """The nodes of `function`'s body, not descending into nested functions, lambdas or classes."""
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    stack = [node for node in function.body if not isinstance(node, nested)]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, nested):
+                stack.append(child)
+
+
+def _dotted(node) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _resolve(dotted: str, namespace: dict):
+    head, *rest = dotted.split(".")
+    obj = namespace.get(head)
+    for part in rest:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj

@@ -1,0 +1,63 @@
+"""The system check that points at non-deterministic calls in workflow bodies."""
+
+import datetime
+import random
+import time
+import uuid
+from datetime import datetime as dt_class
+
+from django.utils import timezone
+
+from django_durable import checks, registry
+from django_durable.determinism import nondeterministic_calls
+
+
+def careless(ctx, items):
+    started = time.time()
+    stamp = timezone.now()
+    ctx.step("send", print, dt_class.now())
+    token = uuid.uuid4()
+    if random.random() < 0.5:
+        pass
+    return [started, stamp, token, datetime.date.today()]
+
+
+def careful(ctx):
+    def inside_a_step():
+        return time.time(), uuid.uuid4()
+
+    stamp = ctx.now()
+    values = ctx.step("values", inside_a_step)
+    ctx.step("lambda", lambda: random.random())
+    return stamp, values, time.sleep  # a reference, not a call
+
+
+def test_calls_outside_steps_are_found_with_their_line():
+    found = nondeterministic_calls(careless)
+    assert len(found) == 6
+    assert {call for call, _ in found} == {
+        "time.time", "timezone.now", "dt_class.now", "uuid.uuid4", "random.random", "datetime.date.today"
+    }
+    lines = dict(found)
+    assert lines["time.time"].endswith(f"test_determinism.py:{careless.__code__.co_firstlineno + 1}")
+
+
+def test_calls_inside_steps_and_recorded_values_are_fine():
+    assert nondeterministic_calls(careful) == []
+
+
+def test_the_system_check_warns_for_registered_workflows():
+    definition = registry.WorkflowDefinition(name="tests.determinism.careless", fn=careless)
+    registry.register(definition)
+    try:
+        warnings = [w for w in checks.check_workflow_determinism() if w.obj is careless]
+    finally:
+        registry._registry.pop("tests.determinism.careless")
+    assert {w.id for w in warnings} == {"django_durable.W003"}
+    assert len(warnings) == 6
+    assert any("calls time.time() outside a step" in w.msg for w in warnings)
+    assert all("ctx.now()" in w.hint for w in warnings)
+
+
+def test_the_project_workflows_pass_the_check():
+    assert checks.check_workflow_determinism() == []
