@@ -7,7 +7,6 @@ import random as _random
 import traceback
 import uuid as _uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -16,23 +15,9 @@ from .. import conf, faults, serialization
 from ..exceptions import NonDeterminismError, StepFailed, StepTimeout
 from ..interrupts import Suspend
 from ..retry import RetryPolicy
+from ..journal import StepRecord
 
 FINAL = ("completed", "failed")
-
-
-@dataclass
-class Entry:
-    """A recorded journal entry, decoded only when replay reaches it."""
-
-    seq: int
-    kind: str
-    name: str
-    status: str
-    result: str | None
-    error: str | None
-    attempts: int = 1
-    deadline_at: dt.datetime | None = None
-    retry_at: dt.datetime | None = None
 
 
 class Context:
@@ -42,7 +27,7 @@ class Context:
     that a replay after a crash gives the function exactly the values the first run saw.
     """
 
-    def __init__(self, *, run_id, workflow: str, attempt: int, journal: dict[str, Entry], session,
+    def __init__(self, *, run_id, workflow: str, attempt: int, journal: dict[str, StepRecord], session,
                  retry: RetryPolicy):
         self.run_id = run_id
         self.workflow = workflow
@@ -144,7 +129,7 @@ class Context:
         self._session.committed([record])
         return serialization.decode(text)
 
-    def _resume(self, key, name, entry: Entry, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
+    def _resume(self, key, name, entry: StepRecord, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
         """Return (attempt, deadline) for a step an earlier advance left running or retrying."""
         now = self._session.now()
         if entry.status == "retrying":
@@ -185,8 +170,6 @@ class Context:
     def _record(self, key, name, status, result, error, started, attempts, *, kind="step",
                 deadline=None, retry_at=None, write="buffer"):
         """Make `key`'s journal entry (keeping its seq) and write it: buffered, "now", or not (None)."""
-        from ..workpool import StepRecord
-
         entry = self._journal.get(key)
         if entry is None:
             seq = self._next_seq
@@ -201,12 +184,12 @@ class Context:
             finished_at=None if status == "running" else self._session.now(),
             deadline_at=deadline, retry_at=retry_at,
         )
-        self._journal[key] = Entry(seq, kind, name, status, result, error, attempts, deadline, retry_at)
+        self._journal[key] = record
         if write is not None:
             self._session.record(record, now=write == "now")
         return record
 
-    def _check_same(self, key: str, entry: Entry, kind: str, name: str) -> None:
+    def _check_same(self, key: str, entry: StepRecord, kind: str, name: str) -> None:
         if entry.kind != kind or (entry.name and name and entry.name != name):
             raise NonDeterminismError(
                 f"Step {key!r} was recorded as a {entry.kind} of {entry.name or '?'} but the "
@@ -214,7 +197,7 @@ class Context:
                 f"running workflow; restore it, or give the new call another key."
             )
 
-    def _replay_final(self, key: str, entry: Entry) -> Any:
+    def _replay_final(self, key: str, entry: StepRecord) -> Any:
         if entry.status == "failed":
             raise StepFailed(key, serialization.decode(entry.error), attempts=entry.attempts)
         return serialization.decode(entry.result)

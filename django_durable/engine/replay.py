@@ -14,7 +14,7 @@ from ..exceptions import StepFailed, WorkflowNotFound, WorkflowTimeout
 from ..interrupts import DatabaseUnavailable, LeaseLost, Preempted, RunTimedOut, Suspend
 from ..models import WorkflowRun
 from .alarm import Alarm
-from .context import Context, Entry, _as_datetime
+from .context import Context, _as_datetime
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -145,7 +145,8 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     if session.deadline is not None and session.now() >= session.deadline:
         return _timed_out(claim, run, session)
     journal = {
-        key: Entry(seq, kind, name, status, result, error, attempts, deadline_at, retry_at)
+        key: workpool.StepRecord(key, seq, kind, name, status, result, error, attempts, None, None,
+                                 deadline_at, retry_at)
         for key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at in run.journal
     }
     if not journal and run.attempt == 1:

@@ -23,7 +23,7 @@ from .. import clock, conf, faults, serialization
 from ..interrupts import LeaseLost
 from ..models import Step, Timer, WorkflowRun, WorkItem
 from . import postgres, sqlite
-from .journal import StepRecord
+from ..journal import StepRecord
 
 logger = logging.getLogger("django_durable.worker")
 

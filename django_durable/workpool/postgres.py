@@ -13,7 +13,7 @@ from django.db import DatabaseError, connections, transaction
 
 from .. import clock, conf
 from ..models import WorkflowRun, WorkItem
-from .journal import STEP_COLUMNS, UPSERT
+from ..journal import STEP_COLUMNS, UPSERT
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(WorkflowRun.TERMINAL))
 

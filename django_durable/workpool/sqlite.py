@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 
 from .. import clock
 from ..models import Step, Timer, WorkflowRun, WorkItem
-from .journal import STEP_COLUMNS, UPSERT
+from ..journal import STEP_COLUMNS, UPSERT
 
 _STEP_FIELDS = [Step._meta.get_field(name.removesuffix("_id")) for name, _ in STEP_COLUMNS]
 _COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
