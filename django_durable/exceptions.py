@@ -85,3 +85,20 @@ class WorkflowTimeout(DurableError, TimeoutError):
 
 class WaitTimeout(DurableError, TimeoutError):
     """wait() gave up before the run finished; the run itself goes on."""
+
+
+class RunFinished(DurableError):
+    """The run already ended, so it cannot take this signal or be cancelled."""
+
+    def __init__(self, run_id, status: str):
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"Workflow run {run_id} already ended {status}.")
+
+
+class SignalTimeout(DurableError, TimeoutError):
+    """wait_for_signal() or wait_for_event() gave up: nothing arrived before its timeout."""
+
+
+class Cancelled(DurableError):
+    """The run was cancelled (recorded as its error, with the reason given)."""

@@ -36,3 +36,7 @@ class DatabaseUnavailable(Interrupt):
 
 class RunTimedOut(Interrupt):
     """The run passed its deadline (the workflow's timeout): it ends timed_out."""
+
+
+class CancelRequested(Interrupt):
+    """The run was asked to cancel: it ends cancelled at this checkpoint."""

@@ -22,12 +22,16 @@ class StepRecord:
     finished_at: dt.datetime | None
     deadline_at: dt.datetime | None = None
     retry_at: dt.datetime | None = None
+    match: str | None = None
+    # Not a column: the signal or event message this entry consumes, marked consumed in the
+    # same statement that writes the entry.
+    consumes: int | None = None
 
     @property
     def values(self) -> tuple:
         """The column values after run_id, in the order of STEP_COLUMNS."""
         return (self.key, self.seq, self.kind, self.name, self.status, self.result, self.error,
-                self.attempts, self.started_at, self.finished_at, self.deadline_at, self.retry_at)
+                self.attempts, self.started_at, self.finished_at, self.deadline_at, self.retry_at, self.match)
 
 
 # The journal's columns as the hot-path statements write them, with their PostgreSQL types.
@@ -45,6 +49,7 @@ STEP_COLUMNS = (
     ("finished_at", "timestamptz"),
     ("deadline_at", "timestamptz"),
     ("retry_at", "timestamptz"),
+    ("match", "text"),
 )
 # A second write of a key replaces a running or retrying entry, never a final one: a recorded
 # outcome is written at most once.

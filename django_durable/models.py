@@ -112,10 +112,14 @@ class Step(models.Model):
     class Kind(models.TextChoices):
         STEP = "step", "Step"
         NOTE = "note", "Recorded value"
+        SLEEP = "sleep", "Sleep"
+        SIGNAL = "signal", "Wait for a signal"
+        EVENT = "event", "Wait for an event"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
         RETRYING = "retrying", "Waiting to retry"
+        WAITING = "waiting", "Waiting"
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
 
@@ -125,7 +129,10 @@ class Step(models.Model):
     key = models.CharField(max_length=255)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.STEP)
-    name = models.CharField(max_length=255, blank=True, default="", help_text="The step function.")
+    name = models.CharField(
+        max_length=255, blank=True, default="",
+        help_text="The step's function, or the signal or event waited for.",
+    )
     status = models.CharField(max_length=20, choices=Status.choices)
     result = models.TextField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
@@ -133,9 +140,13 @@ class Step(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the running attempt times out (persisted before it starts)."
+        null=True, blank=True,
+        help_text="When the running attempt times out, a sleep ends, or a wait gives up.",
     )
     retry_at = models.DateTimeField(null=True, blank=True, help_text="When the next attempt is due.")
+    match = models.TextField(
+        null=True, blank=True, help_text="JSON: the fields an awaited event must have."
+    )
 
     class Meta:
         db_table = "durable_step"
@@ -144,6 +155,12 @@ class Step(models.Model):
             # At most one recorded outcome per step key: a second worker's checkpoint of the
             # same step fails here instead of recording twice.
             models.UniqueConstraint(fields=["run", "key"], name="durable_step_run_key"),
+        ]
+        indexes = [
+            # emit_event() finds the runs waiting for an event by its name.
+            models.Index(
+                fields=["name"], condition=Q(kind="event", status="waiting"), name="durable_step_event_waits"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -278,3 +295,47 @@ class Timer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id} at {self.fire_at:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+
+class SignalMessage(models.Model):
+    """A signal sent to a run, or an event delivered to a run that waited for it.
+
+    Signals wait in FIFO order until the run consumes them; an event is delivered only to a run
+    already waiting for it (`target_key` names the wait). Consuming one is recorded in the same
+    statement as the journal entry that returns it, so none is consumed twice or lost.
+    """
+
+    class Kind(models.TextChoices):
+        SIGNAL = "signal", "Signal"
+        EVENT = "event", "Event"
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="signals")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.SIGNAL)
+    name = models.CharField(max_length=200)
+    payload = models.TextField(default="null", help_text="JSON.")
+    target_key = models.CharField(max_length=255, blank=True, default="")
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_by = models.CharField(max_length=255, blank=True, default="", help_text="The wait's key.")
+
+    class Meta:
+        db_table = "durable_signal"
+        ordering = ["run", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="durable_signal_idempotency_key",
+            ),
+        ]
+        indexes = [
+            # A claim reads the run's unconsumed messages.
+            models.Index(fields=["run", "id"], condition=Q(consumed_at__isnull=True), name="durable_signal_unconsumed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} to {self.run_id}"
+
+    def get_payload(self):
+        return serialization.decode(self.payload)

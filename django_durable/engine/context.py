@@ -12,15 +12,16 @@ from typing import Any
 from django.db import transaction
 
 from .. import conf, faults, serialization
-from ..exceptions import NonDeterminismError, StepFailed, StepTimeout
+from ..exceptions import NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import Suspend
 from ..retry import RetryPolicy
+from .waits import Waits, _as_datetime
 from ..journal import StepRecord
 
 FINAL = ("completed", "failed")
 
 
-class Context:
+class Context(Waits):
     """What a workflow function gets as its first argument.
 
     Every call that has an effect outside the workflow function goes through the context, so
@@ -59,13 +60,7 @@ class Context:
         Raise StepFailed when the attempts run out (or the error is not retryable),
         NonDeterminismError if `key` was recorded for another function.
         """
-        _check_key(key)
-        if key in self._used:
-            raise ValueError(
-                f"Step key {key!r} is used twice in this run; keys must be unique within a run "
-                f"(in a loop, put the index or the item's id in the key)."
-            )
-        self._used.add(key)
+        self._claim_key(key)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
         name = _function_name(fn)
@@ -167,8 +162,17 @@ class Context:
             value, what=f"result of step {key!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
         )
 
+    def _claim_key(self, key: str) -> None:
+        _check_key(key)
+        if key in self._used:
+            raise ValueError(
+                f"Step key {key!r} is used twice in this run; keys must be unique within a run "
+                f"(in a loop, put the index or the item's id in the key)."
+            )
+        self._used.add(key)
+
     def _record(self, key, name, status, result, error, started, attempts, *, kind="step",
-                deadline=None, retry_at=None, write="buffer"):
+                deadline=None, retry_at=None, match=None, consumes=None, write="buffer"):
         """Make `key`'s journal entry (keeping its seq) and write it: buffered, "now", or not (None)."""
         entry = self._journal.get(key)
         if entry is None:
@@ -182,7 +186,7 @@ class Context:
             key=key, seq=seq, kind=kind, name=name, status=status, result=result, error=error,
             attempts=attempts, started_at=started,
             finished_at=None if status == "running" else self._session.now(),
-            deadline_at=deadline, retry_at=retry_at,
+            deadline_at=deadline, retry_at=retry_at, match=match, consumes=consumes,
         )
         self._journal[key] = record
         if write is not None:
@@ -199,7 +203,10 @@ class Context:
 
     def _replay_final(self, key: str, entry: StepRecord) -> Any:
         if entry.status == "failed":
-            raise StepFailed(key, serialization.decode(entry.error), attempts=entry.attempts)
+            error = serialization.decode(entry.error)
+            if entry.kind in ("signal", "event"):
+                raise SignalTimeout(error.get("message", ""))
+            raise StepFailed(key, error, attempts=entry.attempts)
         return serialization.decode(entry.result)
 
     # -- recorded values ------------------------------------------------------------------------
@@ -246,13 +253,6 @@ def _timeout_seconds(timeout) -> float | None:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"A step timeout must be a positive number of seconds or a timedelta, not {timeout!r}.")
     return float(timeout)
-
-
-def _as_datetime(value) -> dt.datetime | None:
-    """Journal times come back as datetimes (SQLite, ORM) or ISO strings (PostgreSQL JSON)."""
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(value)
 
 
 def _check_key(key: str) -> None:

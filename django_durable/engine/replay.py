@@ -11,10 +11,11 @@ from django.db import DatabaseError
 
 from .. import conf, faults, registry, retry, serialization, signals, workpool
 from ..exceptions import StepFailed, WorkflowNotFound, WorkflowTimeout
-from ..interrupts import DatabaseUnavailable, LeaseLost, Preempted, RunTimedOut, Suspend
+from ..interrupts import CancelRequested, DatabaseUnavailable, LeaseLost, Preempted, RunTimedOut, Suspend
 from ..models import WorkflowRun
 from .alarm import Alarm
-from .context import Context, _as_datetime
+from .context import Context
+from .waits import _as_datetime
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -39,6 +40,17 @@ class Session:
         self.pending: list[workpool.StepRecord] = []
         self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
         self.alarm = Alarm(self)
+        self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
+
+    def take_message(self, kind: str, name: str, key: str) -> tuple[int, str] | None:
+        """The oldest unconsumed signal `name`, or the event delivered to the wait `key`."""
+        for index, (message_id, message_kind, message_name, target_key, payload) in enumerate(self.messages):
+            if message_kind != kind:
+                continue
+            if (kind == "signal" and message_name == name) or (kind == "event" and target_key == key):
+                del self.messages[index]
+                return message_id, payload
+        return None
 
     def now(self):
         """The database's clock, estimated without a round trip."""
@@ -48,7 +60,7 @@ class Session:
         """Make the journal durable before a step starts (with its `running` entry, if any).
 
         Raise LeaseLost if the claim may be gone, RunTimedOut past the run's deadline,
-        Preempted if the worker is stopping. The lease is checked against the local monotonic
+        CancelRequested if someone asked to cancel the run, Preempted if the worker is stopping. The lease is checked against the local monotonic
         clock, so no new step starts without a live lease at no cost of a round trip.
         """
         if self.deadline is not None and self.now() >= self.deadline:
@@ -60,6 +72,8 @@ class Session:
         # let a worker whose lease lapsed meanwhile start the step.
         if not self.claim.alive():
             raise LeaseLost("lease expired")
+        if self.claim.cancel_requested:
+            raise CancelRequested()
         if self._should_stop():
             raise Preempted()
         if self.claim.attempts > 1:
@@ -142,12 +156,14 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None)
         return "already finished"
     session = Session(claim, run.workflow, should_stop)
+    if run.cancel_requested:
+        return _finish(claim, run, RunStatus.CANCELLED)
     if session.deadline is not None and session.now() >= session.deadline:
         return _timed_out(claim, run, session)
     journal = {
         key: workpool.StepRecord(key, seq, kind, name, status, result, error, attempts, None, None,
-                                 deadline_at, retry_at)
-        for key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at in run.journal
+                                 deadline_at, retry_at, match)
+        for key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at, match in run.journal
     }
     if not journal and run.attempt == 1:
         logger.info("Run %s of %s started (delivery %d).", claim.run_id, run.workflow, claim.attempts)
@@ -182,6 +198,8 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         return "lost"
     except RunTimedOut:
         return _timed_out(claim, run, session)
+    except CancelRequested:
+        return _finish(claim, run, RunStatus.CANCELLED, session=session)
     except Exception as exc:
         if run.attempt < run.max_attempts:
             return _retry_run(claim, run, session, exc, definition)
@@ -195,17 +213,20 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
 
 def _finish(claim, run, status, *, result=None, error=None, session=None) -> str:
     records = session.take_pending() if session else []
-    if not workpool.finish_run(claim, status=status, result=result, error=error, records=records):
+    final = workpool.finish_run(claim, status=status, result=result, error=error, records=records)
+    if final is None:
         return "lost"
     if session:
         session.committed(records)
-    logger.info("Run %s of %s %s.", claim.run_id, run.workflow, status)
-    if status == RunStatus.COMPLETED:
+    logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
+    if final == RunStatus.COMPLETED:
         signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, result=serialization.decode(result))
+    elif final == RunStatus.CANCELLED:
+        signals.send(signals.run_cancelled, run.workflow, run_id=claim.run_id)
     else:
-        signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, status=status,
+        signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, status=final,
                      error=serialization.decode(error))
-    return status
+    return final
 
 
 def _timed_out(claim, run, session) -> str:

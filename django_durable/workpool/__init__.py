@@ -42,8 +42,11 @@ class RunState:
     attempt: int
     max_attempts: int
     deadline_at: dt.datetime | None
-    # per recorded entry: [key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at]
+    cancel_requested: bool
+    # per recorded entry: [key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at, match]
     journal: list
+    # per unconsumed message, oldest first: [id, kind, name, target_key, payload]
+    messages: list
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Claim:
     db_time_at: float = 0.0  # ...and time.monotonic() just after
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
+    cancel_requested: bool = False  # learnt at claim, at each checkpoint and at each heartbeat
     step_deadline: float | None = None  # time.monotonic() by which the running step must end
 
     def db_now(self) -> dt.datetime:
@@ -111,6 +115,7 @@ def claim(*, worker: str, queues: list[str] | None, db: str) -> Claim | None:
         item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
         token=token, worker=worker, db=db, valid_until=_valid_until(started),
         db_time=db_time, db_time_at=time.monotonic(), run=run,
+        cancel_requested=bool(run and run.cancel_requested),
     )
     if faults.active:
         faults.hit("after_claim_commit")
@@ -122,23 +127,28 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> None:
 
     One statement; inside an atomic=True step it joins the step's transaction.
     """
-    if records and _backend(claim.db).record_steps(claim, records) != len(records):
+    if not records:
+        return
+    written, cancel = _backend(claim.db).record_steps(claim, records)
+    if written != len(records):
         claim.lost = True
         raise LeaseLost(f"claim {claim.token} no longer holds; {records[0].key!r} not recorded")
+    claim.cancel_requested = claim.cancel_requested or cancel
 
 
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None,
-               records: list[StepRecord] = ()) -> bool:
+               records: list[StepRecord] = ()) -> str | None:
     """Record the last journal entries and the run's outcome, and free its work item.
 
-    Fenced and atomic; return False (writing nothing) if the claim is lost.
+    Fenced and atomic. Return the status the run ended with (``cancelled`` when a cancel
+    committed first), or None (writing nothing) if the claim is lost.
     """
     if faults.active:
         faults.hit("before_terminal_commit")
-    if not _backend(claim.db).finish_run(claim, status=status, result=result, error=error, records=list(records)):
+    final = _backend(claim.db).finish_run(claim, status=status, result=result, error=error, records=list(records))
+    if final is None:
         claim.lost = True
-        return False
-    return True
+    return final
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),
@@ -168,6 +178,10 @@ def renew(claim: Claim) -> bool:
         claim.lost = True
         return False
     claim.valid_until = _valid_until(started)
+    if claim.run_id is not None and not claim.cancel_requested:
+        claim.cancel_requested = WorkflowRun.objects.using(claim.db).filter(
+            id=claim.run_id, cancel_requested_at__isnull=False
+        ).exists()
     if faults.active:
         faults.hit("after_heartbeat")
     return True

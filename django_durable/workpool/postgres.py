@@ -116,20 +116,23 @@ def claim(*, worker, queues, db, token, lease):
             SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}
             FROM claimed
             WHERE r.id = claimed.run_id AND r.status NOT IN ({_TERMINAL})
-            RETURNING r.id, r.workflow, r.input, r.attempt, r.max_attempts, r.deadline_at
+            RETURNING r.id, r.workflow, r.input, r.attempt, r.max_attempts, r.deadline_at,
+                      r.cancel_requested_at IS NOT NULL AS cancel_requested
         )
         SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now},
-               run.workflow, run.input, run.attempt, run.max_attempts, run.deadline_at,
+               run.workflow, run.input, run.attempt, run.max_attempts, run.deadline_at, run.cancel_requested,
                (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result,
-                                                 s.error, s.attempts, s.deadline_at, s.retry_at))
-                FROM durable_step AS s WHERE s.run_id = c.run_id)
+                                                 s.error, s.attempts, s.deadline_at, s.retry_at, s.match))
+                FROM durable_step AS s WHERE s.run_id = c.run_id),
+               (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload) ORDER BY m.id)
+                FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL)
         FROM claimed AS c LEFT JOIN run ON run.id = c.run_id
     """
     row, _ = _execute(db, sql, [*pick_params, token, worker, lease])
     if row is None:
         return None
-    item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal = row
-    run = RunState(workflow, *state, journal or []) if workflow is not None else None
+    item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal, messages = row
+    run = RunState(workflow, *state, journal or [], messages or []) if workflow is not None else None
     return item_id, kind, run_id, step_key, attempts, db_now, run
 
 
@@ -141,19 +144,44 @@ def _values(claim, records) -> tuple[str, list]:
     return ", ".join([_ROW] * len(records)), params
 
 
-def record_steps(claim, records) -> int:
+def _consumed(records, now: str) -> tuple[str, list]:
+    """A CTE marking the messages these entries consume, only if the fence held."""
+    consumed = [(r.consumes, r.key) for r in records if r.consumes is not None]
+    if not consumed:
+        return "", []
+    rows = ", ".join(["(%s::bigint, %s::varchar)"] * len(consumed))
+    sql = f""",
+        consumed AS (
+            UPDATE durable_signal AS m SET consumed_at = {now}, consumed_by = c.key
+            FROM fence, (VALUES {rows}) AS c (id, key)
+            WHERE m.id = c.id AND m.consumed_at IS NULL
+            RETURNING 1
+        )"""
+    return sql, [value for pair in consumed for value in pair]
+
+
+def record_steps(claim, records) -> tuple[int, bool]:
+    """Write the entries, fenced; return how many were written and whether a cancel was requested."""
     # FOR SHARE holds off a reaper (which rewrites the token) until this insert commits; if the
     # reaper committed first, the fence finds no row and nothing is inserted.
+    now = clock.now_sql("postgresql")
     rows, params = _values(claim, records)
+    consumed_sql, consumed_params = _consumed(records, now)
     sql = f"""
         WITH fence AS (
             SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
+        ){consumed_sql},
+        written AS (
+            INSERT INTO durable_step ({_COLUMN_NAMES})
+            SELECT v.* FROM fence, (VALUES {rows}) AS v ({_COLUMN_NAMES})
+            {UPSERT}
+            RETURNING 1
         )
-        INSERT INTO durable_step ({_COLUMN_NAMES})
-        SELECT v.* FROM fence, (VALUES {rows}) AS v ({_COLUMN_NAMES})
-        {UPSERT}
+        SELECT (SELECT count(*) FROM written),
+               (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)
     """
-    return _execute(claim.db, sql, [claim.item_id, claim.token, *params])[1]
+    row = _execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *params, claim.run_id])[0]
+    return row[0], bool(row[1])
 
 
 def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, list]:
@@ -169,6 +197,9 @@ def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, l
             RETURNING run_id
         )"""
     params = [claim.item_id, claim.token]
+    consumed_sql, consumed_params = _consumed(records, now)
+    sql += consumed_sql
+    params.extend(consumed_params)
     if records:
         rows, values = _values(claim, records)
         sql += f""",
@@ -192,15 +223,20 @@ def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, l
     return sql, params
 
 
-def finish_run(claim, *, status, result, error, records) -> bool:
+def finish_run(claim, *, status, result, error, records) -> str | None:
+    """Record the outcome, fenced; return the status the run ended with, or None if the claim is lost."""
     now = clock.now_sql("postgresql")
     sql, params = _end("'completed'", now, claim, records, ())
     sql += f""",
         done AS (
+            -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
             UPDATE durable_workflow_run AS r
-            SET status = %s, result = %s, error = %s, waiting_on = '', finished_at = {now}, updated_at = {now}
+            SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
+                result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
+                error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
+                waiting_on = '', finished_at = {now}, updated_at = {now}
             FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({_TERMINAL})
-            RETURNING 1
+            RETURNING r.status
         ),
         -- A finished run has nothing left to wake it: its pending timers never fire.
         quiet AS (
@@ -208,10 +244,11 @@ def finish_run(claim, *, status, result, error, records) -> bool:
             FROM fence WHERE t.run_id = fence.run_id AND t.status = 'pending'
             RETURNING 1
         )
-        SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM done)
+        SELECT (SELECT count(*) FROM fence), (SELECT status FROM done)
     """
     params.extend([status, result, error])
-    return _run(claim, sql, params, records)
+    fenced, final = _execute(claim.db, sql, params)[0]
+    return (final or status) if fenced == 1 else None
 
 
 def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) -> bool:

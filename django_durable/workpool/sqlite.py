@@ -7,12 +7,14 @@ the same IMMEDIATE transaction, which no other writer can interleave with.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from django.db import connections, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import clock
-from ..models import Step, Timer, WorkflowRun, WorkItem
+from ..models import SignalMessage, Step, Timer, WorkflowRun, WorkItem
 from ..journal import STEP_COLUMNS, UPSERT
 
 _STEP_FIELDS = [Step._meta.get_field(name.removesuffix("_id")) for name, _ in STEP_COLUMNS]
@@ -58,7 +60,7 @@ def claim(*, worker, queues, db, token, lease):
             WorkflowRun.objects.using(db)
             .filter(id=run_id)
             .exclude(status__in=WorkflowRun.TERMINAL)
-            .values_list("workflow", "input", "attempt", "max_attempts", "deadline_at")
+            .values_list("workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at")
             .first()
         )
         if state is not None:
@@ -66,9 +68,15 @@ def claim(*, worker, queues, db, token, lease):
                 Step.objects.using(db)
                 .filter(run_id=run_id)
                 .values_list("key", "seq", "kind", "name", "status", "result", "error", "attempts",
-                             "deadline_at", "retry_at")
+                             "deadline_at", "retry_at", "match")
             )
-            run = RunState(*state, journal)
+            messages = list(
+                SignalMessage.objects.using(db)
+                .filter(run_id=run_id, consumed_at__isnull=True)
+                .order_by("id")
+                .values_list("id", "kind", "name", "target_key", "payload")
+            )
+            run = RunState(*state[:5], state[5] is not None, journal, messages)
     # SQLite's clock is this machine's clock.
     return item_id, kind, run_id, step_key, attempts, clock.now(), run
 
@@ -81,18 +89,34 @@ def _params(claim, records, connection) -> list:
     return params
 
 
-def record_steps(claim, records) -> int:
+def record_steps(claim, records) -> tuple[int, bool]:
     connection = connections[claim.db]
     params = _params(claim, records, connection)
     token = WorkItem._meta.get_field("claim_token").get_db_prep_value(claim.token, connection)
+    run_id = WorkflowRun._meta.pk.get_db_prep_value(claim.run_id, connection)
     sql = (
         f"INSERT INTO durable_step ({_COLUMN_NAMES}) SELECT * FROM (VALUES {', '.join([_ROW] * len(records))}) "
         "WHERE EXISTS (SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s "
-        f"AND status = 'processing') {UPSERT}"
+        f"AND status = 'processing') {UPSERT} "
+        "RETURNING (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, claim.item_id, token])
-        return cursor.rowcount
+    consumes = any(record.consumes is not None for record in records)
+    # A consumed message is marked in the same transaction as the entry that returns it.
+    with transaction.atomic(using=claim.db) if consumes else nullcontext():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, claim.item_id, token, run_id])
+            rows = cursor.fetchall()
+        if rows and consumes:
+            _consume(claim, records)
+    return len(rows), any(row[0] for row in rows)
+
+
+def _consume(claim, records) -> None:
+    for record in records:
+        if record.consumes is not None:
+            SignalMessage.objects.using(claim.db).filter(id=record.consumes, consumed_at__isnull=True).update(
+                consumed_at=clock.db_now(), consumed_by=record.key
+            )
 
 
 def _end(claim, item_status, records, timers=()) -> bool:
@@ -117,25 +141,34 @@ def _end(claim, item_status, records, timers=()) -> bool:
                 f"INSERT INTO durable_step ({_COLUMN_NAMES}) VALUES {', '.join([_ROW] * len(records))} {UPSERT}",
                 params,
             )
+    _consume(claim, records)
     Timer.objects.using(claim.db).bulk_create(
         Timer(kind=kind, run_id=claim.run_id, step_key=key, fire_at=fire_at) for kind, key, fire_at in timers
     )
     return True
 
 
-def finish_run(claim, *, status, result, error, records) -> bool:
+def finish_run(claim, *, status, result, error, records) -> str | None:
+    runs = WorkflowRun.objects.using(claim.db)
     with transaction.atomic(using=claim.db):
         if not _end(claim, WorkItem.Status.COMPLETED, records):
-            return False
-        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
-            status=status, result=result, error=error, waiting_on="",
+            return None
+        # A cancel that committed first wins: the run ends cancelled, not with this outcome.
+        if runs.filter(id=claim.run_id, cancel_requested_at__isnull=False).exclude(status__in=WorkflowRun.TERMINAL).update(
+            status=WorkflowRun.Status.CANCELLED, result=None, waiting_on="",
             finished_at=clock.db_now(), updated_at=clock.db_now(),
-        )
+        ):
+            status = WorkflowRun.Status.CANCELLED
+        else:
+            runs.filter(id=claim.run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
+                status=status, result=result, error=error, waiting_on="",
+                finished_at=clock.db_now(), updated_at=clock.db_now(),
+            )
         # A finished run has nothing left to wake it: its pending timers never fire.
         Timer.objects.using(claim.db).filter(run_id=claim.run_id, status=Timer.Status.PENDING).update(
             status=Timer.Status.CANCELLED
         )
-    return True
+    return status
 
 
 def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) -> bool:

@@ -1,0 +1,139 @@
+"""Waiting without holding a worker: durable sleeps, signals and events."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.utils import timezone
+
+from .. import serialization
+from ..exceptions import SignalTimeout
+from ..interrupts import Suspend
+
+
+class Waits:
+    """The waiting half of Context: each wait is a journal entry, and a timer if it can end by time."""
+
+    def sleep(self, key: str, duration: float | dt.timedelta) -> None:
+        """Wait `duration` (seconds or a timedelta), durably: the run waits, the worker is freed.
+
+        The wake-up time is recorded the first time, so a replay never sleeps again.
+        """
+        seconds = _seconds(duration, "duration", allow_zero=True)
+        self._wait(key, "sleep", key, until=lambda now: now + dt.timedelta(seconds=seconds))
+
+    def sleep_until(self, key: str, when: dt.datetime) -> None:
+        """Wait until `when` (an aware datetime), durably."""
+        if not isinstance(when, dt.datetime) or timezone.is_naive(when):
+            raise ValueError(f"sleep_until needs an aware datetime, not {when!r}.")
+        self._wait(key, "sleep", key, until=lambda now: when)
+
+    def wait_for_signal(self, name: str, timeout: float | dt.timedelta | None = None, *, key: str | None = None) -> Any:
+        """Return the payload of the next signal `name` sent to this run (FIFO), waiting for one.
+
+        Signals sent before the wait are kept and returned in order, one per wait. Raise
+        SignalTimeout if `timeout` passes first. Keyed `signal:<name>:<n>` by call order unless
+        `key` is given.
+        """
+        _check_name(name, "signal")
+        key = key or self._auto_key("signal", name)
+        return self._wait(key, "signal", name, timeout=_timeout(timeout))
+
+    def wait_for_event(self, name: str, match: dict | None = None, timeout: float | dt.timedelta | None = None,
+                       *, key: str | None = None) -> Any:
+        """Return the payload of the next event `name` whose fields equal `match`, waiting for one.
+
+        `match` maps field names (dotted paths into the payload, like ``"order.id"``) to values.
+        Unlike signals, events are not kept for runs that are not waiting yet: an event emitted
+        before this wait began is not seen. Raise SignalTimeout if `timeout` passes first.
+        """
+        _check_name(name, "event")
+        if match is not None and not (isinstance(match, dict) and all(isinstance(k, str) for k in match)):
+            raise ValueError(f"match must be a dict of field names to values, not {match!r}.")
+        key = key or self._auto_key("event", name)
+        match_text = serialization.encode(match or {}, what="event match")
+        return self._wait(key, "event", name, timeout=_timeout(timeout), match=match_text)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this run; a long step may check it to stop early."""
+        return self._session.claim.cancel_requested
+
+    # -- the common path ------------------------------------------------------------------------
+
+    def _auto_key(self, kind: str, name: str) -> str:
+        counter = f"{kind}:{name}"
+        count = self._counters.get(counter, 0)
+        self._counters[counter] = count + 1
+        return f"{kind}:{name}:{count}"
+
+    def _wait(self, key, kind, name, *, until=None, timeout=None, match=None) -> Any:
+        self._claim_key(key)
+        entry = self._journal.get(key)
+        if entry is not None:
+            self._check_same(key, entry, kind, name)
+            if entry.status in ("completed", "failed"):
+                return self._replay_final(key, entry)
+        now = self._session.now()
+        if kind != "sleep":
+            message = self._session.take_message(kind, name, key)
+            if message is not None:
+                message_id, payload = message
+                # The consumption is written with this entry, in one statement: never twice, never lost.
+                self._record(key, name, "completed", payload, None, now, 1, kind=kind, consumes=message_id)
+                return serialization.decode(payload)
+        if entry is not None:
+            deadline = _as_datetime(entry.deadline_at)
+        elif until is not None:
+            deadline = until(now)
+        else:
+            deadline = now + dt.timedelta(seconds=timeout) if timeout is not None else None
+        if deadline is not None and deadline <= now:
+            if kind == "sleep":
+                self._record(key, name, "completed", None, None, now, 1, kind=kind, deadline=deadline)
+                return None
+            exc = SignalTimeout(f"No {kind} {name!r} arrived by {deadline:%Y-%m-%d %H:%M:%S} UTC.")
+            error = serialization.dumps_error(exc)
+            self._record(key, name, "failed", None, error, now, 1, kind=kind, deadline=deadline)
+            raise exc
+        timers = []
+        if entry is None:
+            self._record(key, name, "waiting", None, None, now, 1, kind=kind, deadline=deadline, match=match)
+            if deadline is not None:
+                timers.append(("sleep" if kind == "sleep" else "signal_timeout", key, deadline))
+        raise Suspend(_waiting_on(kind, name, deadline, match), timers=timers)
+
+
+def _waiting_on(kind, name, deadline, match) -> str:
+    until = f" until {deadline:%Y-%m-%d %H:%M:%S} UTC" if deadline is not None else ""
+    if kind == "sleep":
+        return f"sleep {name!r}{until}"
+    if kind == "signal":
+        return f"signal {name!r}{until}"
+    matching = f" matching {match}" if match and match != "{}" else ""
+    return f"event {name!r}{matching}{until}"
+
+
+def _check_name(name, what) -> None:
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {name!r}.")
+
+
+def _seconds(value, what, allow_zero=False) -> float:
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"A {what} must be a number of seconds or a timedelta >= 0, not {value!r}.")
+    return float(value)
+
+
+def _timeout(timeout) -> float | None:
+    return None if timeout is None else _seconds(timeout, "timeout")
+
+
+def _as_datetime(value) -> dt.datetime | None:
+    """Journal times come back as datetimes (SQLite, ORM) or ISO strings (PostgreSQL JSON)."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(value)
