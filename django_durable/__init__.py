@@ -15,12 +15,15 @@ from importlib import import_module
 
 from .engine.context import Context
 from .exceptions import (
+    Cancelled,
     DurableError,
     NonDeterminismError,
     NonRetryableError,
     NotSerializable,
     PayloadTooLarge,
     RetryAfter,
+    RunFinished,
+    SignalTimeout,
     StepFailed,
     StepTimeout,
     WaitTimeout,
@@ -32,6 +35,7 @@ from .registry import workflow
 from .retry import RetryPolicy
 
 __all__ = [
+    "Cancelled",
     "Context",
     "DurableError",
     "NonDeterminismError",
@@ -40,13 +44,18 @@ __all__ = [
     "PayloadTooLarge",
     "RetryAfter",
     "RetryPolicy",
+    "RunFinished",
+    "SignalTimeout",
     "StepFailed",
     "StepTimeout",
     "WaitTimeout",
     "WorkflowFailed",
     "WorkflowNotFound",
     "WorkflowTimeout",
+    "cancel",
+    "emit_event",
     "get_run",
+    "signal",
     "start",
     "start_and_wait",
     "wait",
@@ -55,10 +64,15 @@ __all__ = [
 
 # The service functions touch the models, which exist only once Django's apps are loaded;
 # importing them lazily lets `import django_durable` work in settings and workflows.py.
-_LAZY = {"start": "services", "wait": "services", "start_and_wait": "services", "get_run": "services"}
+_LAZY = {
+    name: "services"
+    for name in ("start", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel")
+}
 
 
 def __getattr__(name):
     if name in _LAZY:
         return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    if name == "testing":
+        return import_module(f"{__name__}.testing")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,7 +56,8 @@ class Maintenance(threading.Thread):
                         workpool.reap(db=worker.db)
                     if now >= next_timers:
                         next_timers = now + self.timer_interval * random.uniform(0.8, 1.2)
-                        workpool.fire_timers(db=worker.db)
+                        while workpool.fire_timers(db=worker.db) >= workpool.TIMER_BATCH:
+                            pass  # a backlog of due timers: keep firing
                 except DB_ERRORS as exc:
                     logger.warning("Database error in maintenance of %s: %s", worker.name, exc)
                     close_connection(worker.db)

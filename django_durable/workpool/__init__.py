@@ -246,7 +246,10 @@ def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[
 # -- timers and wakeups -----------------------------------------------------------------------
 
 
-def fire_timers(*, db: str, batch: int = 1000) -> int:
+TIMER_BATCH = 1000
+
+
+def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
     """Fire the timers that are due (by the database's clock) and wake their runs; return how many.
 
     Several workers may do this at once: on PostgreSQL each takes different timers (SKIP

@@ -240,8 +240,11 @@ def finish_run(claim, *, status, result, error, records) -> str | None:
         ),
         -- A finished run has nothing left to wake it: its pending timers never fire.
         quiet AS (
-            UPDATE durable_timer AS t SET status = 'cancelled'
-            FROM fence WHERE t.run_id = fence.run_id AND t.status = 'pending'
+            -- SKIP LOCKED: a timer being fired right now holds its lock while it waits for the
+            -- item this statement holds; it will only wake a finished run, which is harmless.
+            UPDATE durable_timer SET status = 'cancelled'
+            WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
+                         WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
             RETURNING 1
         )
         SELECT (SELECT count(*) FROM fence), (SELECT status FROM done)

@@ -146,3 +146,62 @@ def crash_the_worker(run_id):
 def poison(ctx):
     ctx.step("before", mark, ctx.run_id, "before")
     ctx.step("boom", crash_the_worker, ctx.run_id)
+
+
+@durable.workflow("tests.sleeper")
+def sleeper(ctx, seconds):
+    before = ctx.step("before", mark, ctx.run_id, "before")
+    ctx.sleep("nap", seconds)
+    after = ctx.step("after", mark, ctx.run_id, "after")
+    return [before, after]
+
+
+@durable.workflow("tests.two_signals")
+def two_signals(ctx, reached=None, release=None):
+    if reached:
+        ctx.step("first", mark_and_block, ctx.run_id, "first", reached, release)
+    first = ctx.wait_for_signal("go")
+    ctx.step("between", mark, ctx.run_id, "between")
+    second = ctx.wait_for_signal("go")
+    return [first, second]
+
+
+@durable.workflow("tests.approval")
+def approval(ctx, timeout=None):
+    try:
+        decision = ctx.wait_for_signal("approved", timeout=timeout)
+    except durable.SignalTimeout:
+        return "timed out"
+    return decision
+
+
+@durable.workflow("tests.payment_waiter")
+def payment_waiter(ctx, order_id, timeout=None):
+    try:
+        event = ctx.wait_for_event("payment.settled", match={"order.id": order_id}, timeout=timeout)
+    except durable.SignalTimeout:
+        return "no payment"
+    return event["amount"]
+
+
+@durable.workflow("tests.cooperative_cancel")
+def cooperative_cancel(ctx, reached):
+    def long_step():
+        ledger.record(ctx.run_id, "long")
+        open(reached, "a").close()
+        for _ in range(600):  # up to 30 s
+            if ctx.cancel_requested:
+                return "stopped early"
+            time.sleep(0.05)
+        return "ran to the end"
+
+    ctx.step("long", long_step)
+    ctx.step("never", mark, ctx.run_id, "never")
+
+
+@durable.workflow("tests.cancellable")
+def cancellable(ctx, reached):
+    ctx.step("first", mark_and_block, ctx.run_id, "first", reached, reached)  # reached == release: no wait
+    ctx.step("long", mark_and_sleep, ctx.run_id, "long", 3)
+    ctx.step("never", mark, ctx.run_id, "never")
+    return "completed"
