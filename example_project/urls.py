@@ -7,5 +7,6 @@ from example_project.orders import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("refunds/<uuid:run_id>/decide/", views.decide, name="decide"),
     path("admin/", admin.site.urls),
 ]

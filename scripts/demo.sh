@@ -44,7 +44,7 @@ cat <<TXT
 
   django-durable demo is running.
 
-  Example runs:   http://127.0.0.1:$PORT/
+  Example runs:   http://127.0.0.1:$PORT/   (approve or reject the waiting refund there)
   Operator admin: http://127.0.0.1:$PORT/admin/django_durable/workflowrun/
   Log in as:      demo / demo
 

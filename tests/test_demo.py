@@ -1,11 +1,14 @@
 """`make demo`'s script: a worker, the server and example runs on SQLite; Ctrl-C stops it all."""
 
+import http.cookiejar
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -48,6 +51,23 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
             time.sleep(0.3)
         output = (tmp_path / "demo.log").read_text()
         assert page.count("<td>completed</td>") == 4, output
+        assert page.count("<td>waiting</td>") == 1  # the refund waits for a person
+
+        # Approve it through the page's form, as a visitor would.
+        jar = http.cookiejar.CookieJar()
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        page = browser.open(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+        action = re.search(r'<form method="post" action="([^"]+)">', page).group(1)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "decision": "approve"}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{action}", data=body,
+                                         headers={"Referer": f"http://127.0.0.1:{port}/"})
+        assert "Refund approved." in browser.open(request, timeout=5).read().decode()
+        deadline = time.monotonic() + 30
+        while page.count("<td>completed</td>") < 5 and time.monotonic() < deadline:
+            time.sleep(0.3)
+            page = browser.open(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+        assert page.count("<td>completed</td>") == 5
         assert "demo / demo" in output
         assert f"http://127.0.0.1:{port}/admin/django_durable/workflowrun/" in output
 

@@ -1,6 +1,7 @@
 """Example workflows, discovered automatically because this file is called workflows.py."""
 
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 from django.db.models import F
@@ -63,6 +64,25 @@ def flaky(order_id):
 @durable.workflow("examples.failing")
 def failing(ctx: durable.Context, order_id: int) -> None:
     ctx.step("print-label", flaky, order_id)
+
+
+def refund(order_id, amount):
+    Order.objects.filter(pk=order_id).update(status="refunded")
+    return {"order": order_id, "refunded": amount}
+
+
+@durable.workflow("orders.approve_refund")
+def approve_refund(ctx: durable.Context, order_id: int, amount: str) -> dict:
+    """Wait for a person to approve a refund (the RFC's "wait for user confirmation")."""
+    ctx.step("load", load_order, order_id)
+    try:
+        decision = ctx.wait_for_signal("decision", timeout=timedelta(days=2))
+    except durable.SignalTimeout:
+        return {"refunded": False, "reason": "nobody decided within two days"}
+    if not decision.get("approved"):
+        return {"refunded": False, "reason": f"rejected by {decision.get('by', 'someone')}"}
+    ctx.step("refund", refund, order_id, amount, atomic=True)
+    return {"refunded": True, "approved_by": decision.get("by")}
 
 
 def create_demo_order(customer: str, total: str) -> Order:

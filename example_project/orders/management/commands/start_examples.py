@@ -16,5 +16,7 @@ class Command(BaseCommand):
             runs.append(durable.start("orders.fulfil", order_id=order.pk))
         runs.append(durable.start("examples.word_count", ["durable workflows", "for Django", "in your own database"]))
         runs.append(durable.start("examples.failing", order_id=0))
+        order = create_demo_order("Margaret", "23.00")
+        runs.append(durable.start("orders.approve_refund", order_id=order.pk, amount="23.00"))
         for run in runs:
             self.stdout.write(f"started {run.workflow:<22} {run.id}")
