@@ -161,6 +161,74 @@ def quantile(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+# -- W4: many timers due at once; W5: signal round trip ------------------------------------------
+
+
+def w4_timers(runs: int, processes: int) -> dict:
+    """`runs` runs sleep until one instant; seconds from it until the last of them completed."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    truncate()
+    at = timezone.now() + dt.timedelta(days=1)  # moved closer once every run sleeps
+    for _ in range(runs):
+        durable.start("bench.sleep_until", at)
+    connections.close_all()
+    worker = subprocess.Popen(worker_command("-c", str(processes), "-v", "0"), env=worker_env(), cwd=ROOT)
+    try:
+        from django_durable.models import Step, Timer, WorkflowRun
+
+        while WorkflowRun.objects.filter(status="waiting").count() < runs:
+            time.sleep(0.5)
+        # All asleep: make the instant two seconds from now, on the database's clock.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp() + interval '2 seconds'")
+            (instant,) = cursor.fetchone()
+        Timer.objects.filter(status="pending").update(fire_at=instant)
+        Step.objects.filter(key="nap").update(deadline_at=instant)
+        while WorkflowRun.objects.filter(status="completed").count() < runs:
+            time.sleep(0.2)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM max(finished_at) - %s) FROM durable_workflow_run", [instant])
+            (seconds,) = cursor.fetchone()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    return {"all_resumed_s": float(seconds)}
+
+
+def w5_signals(runs: int) -> dict:
+    """p50 from durable.signal() to the waiting run's next step completing, on an idle worker."""
+    from django_durable.models import WorkflowRun
+
+    truncate()
+    connections.close_all()
+    worker = subprocess.Popen(worker_command("-c", "1", "-v", "0"), env=worker_env(), cwd=ROOT)
+    try:
+        waiting = [durable.start("bench.wait_signal") for _ in range(runs)]
+        while WorkflowRun.objects.filter(status="waiting").count() < runs:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        client = []
+        for run in waiting:
+            started = time.perf_counter()
+            durable.signal(run.pk, "ping", 1)
+            durable.wait(run.pk, timeout=30)
+            client.append(time.perf_counter() - started)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT EXTRACT(EPOCH FROM r.finished_at - m.created_at) FROM durable_workflow_run r "
+                "JOIN durable_signal m ON m.run_id = r.id"
+            )
+            server = [float(row[0]) for row in cursor.fetchall()]
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    return {"p50_ms": 1000 * statistics.median(client), "p95_ms": 1000 * quantile(client, 0.95),
+            "server_p50_ms": 1000 * statistics.median(server)}
+
+
 # -- queries per step and per claim ------------------------------------------------------------------
 
 
@@ -213,38 +281,61 @@ def main() -> None:
     parser.add_argument("--w1-runs", type=int, default=2000)
     parser.add_argument("--w2-runs", type=int, default=200)
     parser.add_argument("--raw-rows", type=int, default=10000)
+    parser.add_argument("--timer-runs", type=int, default=10000)
+    parser.add_argument("--signal-runs", type=int, default=200)
+    parser.add_argument("--sections", default="core,timers,signals",
+                        help="comma-separated: core (ceiling, W1, W2), timers (W4), signals (W5)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("The benchmarks run on PostgreSQL: set DATABASE_URL to a postgres:// URL.")
     call_command("migrate", verbosity=0)
 
+    sections = set(args.sections.split(","))
     samples: dict[str, list[float]] = {}
     for i in range(args.repeat):
-        figures = {"ceiling_rows_per_s": raw_ceiling(args.raw_rows, args.processes)}
-        figures.update({f"w1_{k}": v for k, v in w1(args.w1_runs, 10, args.processes).items()})
-        figures["w1_vs_ceiling"] = figures["w1_steps_per_s"] / figures["ceiling_rows_per_s"]
-        unprepared = w1(args.w1_runs, 10, args.processes, DURABLE_PREPARED_STATEMENTS="0")
-        figures["w1_unprepared_steps_per_s"] = unprepared["steps_per_s"]
-        figures["w1_unprepared_vs_ceiling"] = unprepared["steps_per_s"] / figures["ceiling_rows_per_s"]
-        figures.update({f"w2_{k}": v for k, v in w2(args.w2_runs).items()})
+        figures = {}
+        if "core" in sections:
+            figures["ceiling_rows_per_s"] = raw_ceiling(args.raw_rows, args.processes)
+            figures.update({f"w1_{k}": v for k, v in w1(args.w1_runs, 10, args.processes).items()})
+            figures["w1_vs_ceiling"] = figures["w1_steps_per_s"] / figures["ceiling_rows_per_s"]
+            unprepared = w1(args.w1_runs, 10, args.processes, DURABLE_PREPARED_STATEMENTS="0")
+            figures["w1_unprepared_steps_per_s"] = unprepared["steps_per_s"]
+            figures["w1_unprepared_vs_ceiling"] = unprepared["steps_per_s"] / figures["ceiling_rows_per_s"]
+            figures.update({f"w2_{k}": v for k, v in w2(args.w2_runs).items()})
+        if "timers" in sections:
+            figures.update({f"w4_{k}": v for k, v in w4_timers(args.timer_runs, args.processes).items()})
+        if "signals" in sections:
+            figures.update({f"w5_{k}": v for k, v in w5_signals(args.signal_runs).items()})
         for key, value in figures.items():
             samples.setdefault(key, []).append(value)
         print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.2f}" for k, v in figures.items()), file=sys.stderr)
     median = {key: statistics.median(values) for key, values in samples.items()}
     queries = query_counts()
 
-    rows = [
-        ("ceiling: raw SKIP LOCKED, rows/s", f"{median['ceiling_rows_per_s']:.0f}"),
-        ("W1 workflows/s", f"{median['w1_workflows_per_s']:.0f}"),
-        ("W1 steps/s", f"{median['w1_steps_per_s']:.0f}"),
-        ("W1 steps/s as a share of the ceiling", f"{100 * median['w1_vs_ceiling']:.0f}%"),
-        ("W1 steps/s, statements unprepared (pooler)", f"{median['w1_unprepared_steps_per_s']:.0f}"),
-        ("  as a share of the ceiling", f"{100 * median['w1_unprepared_vs_ceiling']:.0f}%"),
-        ("W2 start() to result, p50", f"{median['w2_p50_ms']:.1f} ms"),
-        ("W2 start() to result, p95", f"{median['w2_p95_ms']:.1f} ms"),
-        ("W2 created to finished (database), p50", f"{median['w2_server_p50_ms']:.1f} ms"),
-        ("W2 created to finished (database), p95", f"{median['w2_server_p95_ms']:.1f} ms"),
+    rows = []
+    if "core" in sections:
+        rows += [
+            ("ceiling: raw SKIP LOCKED, rows/s", f"{median['ceiling_rows_per_s']:.0f}"),
+            ("W1 workflows/s", f"{median['w1_workflows_per_s']:.0f}"),
+            ("W1 steps/s", f"{median['w1_steps_per_s']:.0f}"),
+            ("W1 steps/s as a share of the ceiling", f"{100 * median['w1_vs_ceiling']:.0f}%"),
+            ("W1 steps/s, statements unprepared (pooler)", f"{median['w1_unprepared_steps_per_s']:.0f}"),
+            ("  as a share of the ceiling", f"{100 * median['w1_unprepared_vs_ceiling']:.0f}%"),
+            ("W2 start() to result, p50", f"{median['w2_p50_ms']:.1f} ms"),
+            ("W2 start() to result, p95", f"{median['w2_p95_ms']:.1f} ms"),
+            ("W2 created to finished (database), p50", f"{median['w2_server_p50_ms']:.1f} ms"),
+            ("W2 created to finished (database), p95", f"{median['w2_server_p95_ms']:.1f} ms"),
+        ]
+    if "timers" in sections:
+        rows.append((f"W4 {args.timer_runs} sleepers due at once: all resumed in", f"{median['w4_all_resumed_s']:.1f} s"))
+    if "signals" in sections:
+        rows += [
+            ("W5 signal() to the next step done, p50", f"{median['w5_p50_ms']:.1f} ms"),
+            ("W5 signal() to the next step done, p95", f"{median['w5_p95_ms']:.1f} ms"),
+            ("W5 signal stored to run finished (database), p50", f"{median['w5_server_p50_ms']:.1f} ms"),
+        ]
+    rows += [
         ("queries per step", f"{queries['per_step']:g}"),
         ("queries per claim", f"{queries['per_claim']}"),
         ("queries per 10-step workflow", f"{queries['per_10_step_workflow']}"),

@@ -20,15 +20,19 @@ def drain(*, queues: list[str] | None = None, max_items: int = 10_000, worker: s
     inside a test's transaction, so plain ``django_db`` tests can start a run and drain it.
     """
     db = conf.get("DATABASE")
-    done = 0
+    request = workpool.ClaimRequest(worker, queues)
+    done, claim = 0, None
     while done < max_items:
-        workpool.fire_timers(db=db)
-        claim = workpool.claim(worker=worker, queues=queues, db=db)
+        if claim is None:
+            workpool.fire_timers(db=db)
+            claim = workpool.claim(worker=worker, queues=queues, db=db)
         if claim is None:
             break
         if claim.kind == WorkItem.Kind.ADVANCE:
-            advance(claim)
+            # Like a worker: the statement that ends one run claims the next.
+            advance(claim, then=lambda: request if done + 1 < max_items else None)
         done += 1
+        claim = claim.next_claim
     return done
 
 

@@ -48,6 +48,7 @@ class Worker:
         self.hard_stop = False
         self.stop_deadline: float | None = None
         self._current: workpool.Claim | None = None
+        self._next: workpool.Claim | None = None  # claimed by the statement that ended the last item
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -85,6 +86,12 @@ class Worker:
                     continue
                 waiter.wait(min(float(conf.get("POLL_INTERVAL")), 0.2) if self.burst else float(conf.get("POLL_INTERVAL")))
         finally:
+            if self._next is not None:  # claimed while the stop request arrived: hand it back
+                try:
+                    workpool.release(self._next, run_status="pending")
+                except DB_ERRORS:
+                    close_connection(self.db)
+                self._next = None
             maintenance.done.set()
             maintenance.join(timeout=5)
             waiter.close()
@@ -114,15 +121,21 @@ class Worker:
 
     # -- the main loop ---------------------------------------------------------------------------
 
+    def _chain(self) -> workpool.ClaimRequest | None:
+        """What to claim in the statement that ends the current item: nothing once stopping."""
+        return None if self._stopping.is_set() else workpool.ClaimRequest(self.name, self.queues)
+
     def _run_once(self) -> bool:
-        claim = workpool.claim(worker=self.name, queues=self.queues, db=self.db)
+        claim, self._next = self._next, None
+        if claim is None:
+            claim = workpool.claim(worker=self.name, queues=self.queues, db=self.db)
         if claim is None:
             return False
         with self._current_lock:
             self._current = claim
         try:
             if claim.kind == WorkItem.Kind.ADVANCE:
-                outcome = advance(claim, should_stop=self._stopping.is_set)
+                outcome = advance(claim, should_stop=self._stopping.is_set, then=self._chain)
                 if outcome == "lost":
                     logger.warning("Worker %s lost its claim on run %s and abandoned it.", self.name, claim.run_id)
             else:
@@ -143,8 +156,10 @@ class Worker:
             logger.exception("Worker %s failed advancing run %s; abandoning the claim.", self.name, claim.run_id)
             claim.lost = True
         finally:
+            # Set by the statement that ended this item, even if something failed after it.
+            self._next = claim.next_claim
             with self._current_lock:
-                self._current = None
+                self._current = self._next
             self.processed += 1
         return True
 

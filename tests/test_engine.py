@@ -447,3 +447,20 @@ def test_huge_error_messages_are_truncated():
     assert step.status == "failed"
     assert len(step.error) < 100_000
     assert "characters cut" in step.error
+
+
+@pytest.mark.postgres
+def test_finishing_a_run_claims_the_next_in_the_same_statement():
+    from django.db import connection
+
+    runs = [durable.start("tests.trivial", n=1) for _ in range(5)]
+    with CaptureQueriesContext(connection) as captured:
+        assert drain() == 5
+    assert [durable.wait(run.pk, timeout=1) for run in runs] == [0] * 5
+    statements = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(("BEGIN", "COMMIT"))]
+    # A claim, five finishes that each claim the next run (the fifth finds none), and the claim
+    # that finds the queue empty.
+    claims_alone = [sql for sql in statements if sql.lstrip().startswith("WITH") and "fence" not in sql]
+    finishes = [sql for sql in statements if "done AS" in sql]
+    assert len(claims_alone) == 2 and len(finishes) == 5
+    assert all("claimed AS" in sql for sql in finishes)

@@ -17,3 +17,15 @@ def ten_steps(ctx, n=10):
 @durable.workflow("bench.one_step")
 def one_step(ctx):
     return ctx.step("only", noop, 1)
+
+
+@durable.workflow("bench.sleep_until")
+def sleep_until(ctx, at):
+    ctx.sleep_until("nap", at)
+    return ctx.step("after", noop, 1)
+
+
+@durable.workflow("bench.wait_signal")
+def wait_signal(ctx):
+    ping = ctx.wait_for_signal("ping")
+    return ctx.step("pong", noop, ping)

@@ -172,7 +172,7 @@ class Context(Waits):
         self._used.add(key)
 
     def _record(self, key, name, status, result, error, started, attempts, *, kind="step",
-                deadline=None, retry_at=None, match=None, consumes=None, write="buffer"):
+                deadline=None, retry_at=None, match=None, consumes=None, write="buffer", derivable=False):
         """Make `key`'s journal entry (keeping its seq) and write it: buffered, "now", or not (None)."""
         entry = self._journal.get(key)
         if entry is None:
@@ -190,7 +190,7 @@ class Context(Waits):
         )
         self._journal[key] = record
         if write is not None:
-            self._session.record(record, now=write == "now")
+            self._session.record(record, now=write == "now", derivable=derivable)
         return record
 
     def _check_same(self, key: str, entry: StepRecord, kind: str, name: str) -> None:

@@ -38,9 +38,13 @@ class Session:
         self.workflow = workflow
         self._should_stop = should_stop
         self.pending: list[workpool.StepRecord] = []
+        # Entries a replay would derive again by itself (a sleep that ended): they ride along
+        # with the next write but never cause one.
+        self.derivable: set[str] = set()
         self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
         self.alarm = Alarm(self)
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
+        self.then: Callable[[], workpool.ClaimRequest | None] = lambda: None
 
     def take_message(self, kind: str, name: str, key: str) -> tuple[int, str] | None:
         """The oldest unconsumed signal `name`, or the event delivered to the wait `key`."""
@@ -81,7 +85,7 @@ class Session:
             # that if this one dies too, the poison report can name the step.
             workpool.note_step(self.claim, key)
 
-    def record(self, record: workpool.StepRecord, now: bool = False) -> None:
+    def record(self, record: workpool.StepRecord, now: bool = False, derivable: bool = False) -> None:
         """Buffer `record`, or with `now` write it at once (an atomic step, in its transaction)."""
         if now:
             try:
@@ -90,9 +94,11 @@ class Session:
                 raise DatabaseUnavailable(str(exc)) from exc  # the step's transaction rolls back
         else:
             self.pending.append(record)
+            if derivable:
+                self.derivable.add(record.key)
 
     def flush(self) -> None:
-        if not self.pending:
+        if all(record.key in self.derivable for record in self.pending):
             return
         records, self.pending = self.pending, []
         try:
@@ -148,16 +154,22 @@ class Session:
                      error=serialization.decode(error), attempt=attempt, will_retry=will_retry)
 
 
-def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False) -> str:
-    """Run the workflow of `claim`'s run as far as it can go; return what became of the run."""
+def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False,
+            then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
+    """Run the workflow of `claim`'s run as far as it can go; return what became of the run.
+
+    `then` says what to claim next in the statement that ends this advance (None: nothing);
+    the new claim is left in ``claim.next_claim``.
+    """
     run = claim.run
     if run is None:
         # Finished (or deleted) while the wakeup was queued: free the item, change nothing.
-        workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None)
+        workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None, then=then())
         return "already finished"
     session = Session(claim, run.workflow, should_stop)
+    session.then = then
     if run.cancel_requested:
-        return _finish(claim, run, RunStatus.CANCELLED)
+        return _finish(claim, run, RunStatus.CANCELLED, session=session)
     if session.deadline is not None and session.now() >= session.deadline:
         return _timed_out(claim, run, session)
     journal = {
@@ -188,7 +200,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     except Suspend as suspend:
         records = session.take_pending()
         if not workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
-                                records=records, timers=suspend.timers):
+                                records=records, timers=suspend.timers, then=then()):
             return "lost"
         session.committed(records)
         return "waiting"
@@ -213,7 +225,8 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
 
 def _finish(claim, run, status, *, result=None, error=None, session=None) -> str:
     records = session.take_pending() if session else []
-    final = workpool.finish_run(claim, status=status, result=result, error=error, records=records)
+    then = session.then() if session else None
+    final = workpool.finish_run(claim, status=status, result=result, error=error, records=records, then=then)
     if final is None:
         return "lost"
     if session:

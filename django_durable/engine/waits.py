@@ -91,7 +91,9 @@ class Waits:
             deadline = now + dt.timedelta(seconds=timeout) if timeout is not None else None
         if deadline is not None and deadline <= now:
             if kind == "sleep":
-                self._record(key, name, "completed", None, None, now, 1, kind=kind, deadline=deadline)
+                # Derivable: a replay would find the same recorded wake-up time passed.
+                self._record(key, name, "completed", None, None, now, 1, kind=kind, deadline=deadline,
+                             derivable=True)
                 return None
             exc = SignalTimeout(f"No {kind} {name!r} arrived by {deadline:%Y-%m-%d %H:%M:%S} UTC.")
             error = serialization.dumps_error(exc)

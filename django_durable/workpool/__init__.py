@@ -67,7 +67,9 @@ class Claim:
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
     cancel_requested: bool = False  # learnt at claim, at each checkpoint and at each heartbeat
-    step_deadline: float | None = None  # time.monotonic() by which the running step must end
+    step_deadline: float | None = None
+    # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
+    next_claim: Claim | None = field(default=None, repr=False)  # time.monotonic() by which the running step must end
 
     def db_now(self) -> dt.datetime:
         """The database's clock now, estimated from the claim without a round trip."""
@@ -103,19 +105,36 @@ def _valid_until(started: float) -> float:
     return started + lease - min(2.0, lease * 0.05)
 
 
+@dataclass(frozen=True)
+class ClaimRequest:
+    """What a worker asks for when it claims: who it is and which queues it serves."""
+
+    worker: str
+    queues: list[str] | None
+
+
 def claim(*, worker: str, queues: list[str] | None, db: str) -> Claim | None:
     """Claim the next ready work item for `worker`; return the Claim (with its run) or None."""
+    return _claimed(db, ClaimRequest(worker, queues), lambda then: _backend(db).claim(**then))
+
+
+def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
+    """Call `run` with the parameters of a claim for `request`; turn the row it returns into a Claim."""
+    if request is None:
+        run(None)
+        return None
     token = uuid.uuid4()
     started = time.monotonic()
-    row = _backend(db).claim(worker=worker[:200], queues=queues, db=db, token=token, lease=lease_seconds())
+    row = run({"worker": request.worker[:200], "queues": request.queues, "db": db, "token": token,
+               "lease": lease_seconds()})
     if row is None:
         return None
-    item_id, kind, run_id, step_key, attempts, db_time, run = row
+    item_id, kind, run_id, step_key, attempts, db_time, state = row
     result = Claim(
         item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
-        token=token, worker=worker, db=db, valid_until=_valid_until(started),
-        db_time=db_time, db_time_at=time.monotonic(), run=run,
-        cancel_requested=bool(run and run.cancel_requested),
+        token=token, worker=request.worker, db=db, valid_until=_valid_until(started),
+        db_time=db_time, db_time_at=time.monotonic(), run=state,
+        cancel_requested=bool(state and state.cancel_requested),
     )
     if faults.active:
         faults.hit("after_claim_commit")
@@ -137,36 +156,54 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> None:
 
 
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None,
-               records: list[StepRecord] = ()) -> str | None:
+               records: list[StepRecord] = (), then: ClaimRequest | None = None) -> str | None:
     """Record the last journal entries and the run's outcome, and free its work item.
 
     Fenced and atomic. Return the status the run ended with (``cancelled`` when a cancel
-    committed first), or None (writing nothing) if the claim is lost.
+    committed first), or None (writing nothing) if the claim is lost. With `then`, the same
+    statement claims the worker's next item, left in ``claim.next_claim`` (PostgreSQL).
     """
     if faults.active:
         faults.hit("before_terminal_commit")
-    final = _backend(claim.db).finish_run(claim, status=status, result=result, error=error, records=list(records))
-    if final is None:
+    backend = _backend(claim.db)
+    outcome = {}
+
+    def run(then_params):
+        outcome["final"], row = backend.finish_run(
+            claim, status=status, result=result, error=error, records=list(records), then=then_params
+        )
+        return row
+
+    claim.next_claim = _claimed(claim.db, then, run)
+    if outcome["final"] is None:
         claim.lost = True
-    return final
+    return outcome["final"]
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),
-            timers: list[tuple[str, str, dt.datetime]] = ()) -> bool:
+            timers: list[tuple[str, str, dt.datetime]] = (), then: ClaimRequest | None = None) -> bool:
     """Hand the run back, fenced: it waits (`waiting`) or goes back to the queue (`pending`).
 
     A waiting run's item goes idle unless a wakeup arrived meanwhile; a pending run's item is
     ready again at once. `timers` are (kind, step key, fire at) to create for the run, in the
-    same transaction. Return False (writing nothing) if the claim was already lost.
+    same transaction. Return False (writing nothing) if the claim was already lost. With
+    `then`, the same statement claims the worker's next item (see finish_run).
     """
     requeue = run_status == RunStatus.PENDING
-    if not _backend(claim.db).release(
-        claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
-        timers=list(timers), notify=requeue and conf.get("LISTEN_NOTIFY"),
-    ):
+    backend = _backend(claim.db)
+    outcome = {}
+
+    def run(then_params):
+        outcome["held"], row = backend.release(
+            claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
+            timers=list(timers), notify=requeue and conf.get("LISTEN_NOTIFY"), then=then_params,
+        )
+        return row
+
+    claim.next_claim = _claimed(claim.db, then, run)
+    if not outcome["held"]:
         claim.lost = True
-        return False
-    return True
+    return outcome["held"]
 
 
 def renew(claim: Claim) -> bool:

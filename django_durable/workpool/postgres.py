@@ -96,13 +96,16 @@ def _pick(queues, db) -> tuple[str, list]:
     return _pick_cache[key]
 
 
-def claim(*, worker, queues, db, token, lease):
-    from . import RunState
+def _claim_parts(*, worker, queues, db, token, lease) -> tuple[str, str, list]:
+    """The CTEs that claim the next ready item and mark its run, and the SELECT that reads them.
 
+    They stand alone (a claim) or follow the CTEs that end a previous advance, so that one
+    statement and one commit both finish a run and claim the next.
+    """
     now = clock.now_sql("postgresql")
     pick_sql, pick_params = _pick(queues, db)
-    sql = f"""
-        WITH picked AS ({pick_sql}),
+    ctes = f"""
+        picked AS ({pick_sql}),
         claimed AS (
             UPDATE durable_work_item AS w
             SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -118,22 +121,32 @@ def claim(*, worker, queues, db, token, lease):
             WHERE r.id = claimed.run_id AND r.status NOT IN ({_TERMINAL})
             RETURNING r.id, r.workflow, r.input, r.attempt, r.max_attempts, r.deadline_at,
                       r.cancel_requested_at IS NOT NULL AS cancel_requested
-        )
-        SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now},
+        )"""
+    select = f"""
+        SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
                run.workflow, run.input, run.attempt, run.max_attempts, run.deadline_at, run.cancel_requested,
                (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result,
                                                  s.error, s.attempts, s.deadline_at, s.retry_at, s.match))
-                FROM durable_step AS s WHERE s.run_id = c.run_id),
+                FROM durable_step AS s WHERE s.run_id = c.run_id) AS journal,
                (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload) ORDER BY m.id)
-                FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL)
-        FROM claimed AS c LEFT JOIN run ON run.id = c.run_id
-    """
-    row, _ = _execute(db, sql, [*pick_params, token, worker, lease])
-    if row is None:
+                FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) AS messages
+        FROM claimed AS c LEFT JOIN run ON run.id = c.run_id"""
+    return ctes, select, [*pick_params, token, worker, lease]
+
+
+def _claimed(row):
+    from . import RunState
+
+    if row is None or row[0] is None:
         return None
     item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal, messages = row
     run = RunState(workflow, *state, journal or [], messages or []) if workflow is not None else None
     return item_id, kind, run_id, step_key, attempts, db_now, run
+
+
+def claim(*, worker, queues, db, token, lease):
+    ctes, select, params = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease)
+    return _claimed(_execute(db, f"WITH {ctes} {select}", params)[0])
 
 
 def _values(claim, records) -> tuple[str, list]:
@@ -223,8 +236,9 @@ def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, l
     return sql, params
 
 
-def finish_run(claim, *, status, result, error, records) -> str | None:
-    """Record the outcome, fenced; return the status the run ended with, or None if the claim is lost."""
+def finish_run(claim, *, status, result, error, records, then=None):
+    """Record the outcome, fenced; return (the status the run ended with, or None if the claim is
+    lost; the next claim's row, when `then` asked for one in the same statement)."""
     now = clock.now_sql("postgresql")
     sql, params = _end("'completed'", now, claim, records, ())
     sql += f""",
@@ -238,7 +252,6 @@ def finish_run(claim, *, status, result, error, records) -> str | None:
             FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({_TERMINAL})
             RETURNING r.status
         ),
-        -- A finished run has nothing left to wake it: its pending timers never fire.
         quiet AS (
             -- SKIP LOCKED: a timer being fired right now holds its lock while it waits for the
             -- item this statement holds; it will only wake a finished run, which is harmless.
@@ -246,15 +259,14 @@ def finish_run(claim, *, status, result, error, records) -> str | None:
             WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
                          WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
             RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM fence), (SELECT status FROM done)
-    """
+        )"""
     params.extend([status, result, error])
-    fenced, final = _execute(claim.db, sql, params)[0]
-    return (final or status) if fenced == 1 else None
+    fenced, final, next_row = _with_claim(claim.db, sql, params, ["(SELECT status FROM done)"], then)
+    return ((final or status) if fenced == 1 else None), next_row
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) -> bool:
+def release(claim, *, run_status, waiting_on, requeue, records, timers, notify, then=None):
+    """Hand the run back, fenced; return (whether the fence held, the next claim's row or None)."""
     now = clock.now_sql("postgresql")
     item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
     sql, params = _end(item_status, now, claim, records, timers)
@@ -264,15 +276,26 @@ def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) 
             SET status = %s, waiting_on = %s, updated_at = {now}
             FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
             RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved)
-               {", pg_notify('durable_work', '')" if notify else ""}
-    """
+        )"""
     params.extend([run_status, waiting_on])
-    return _run(claim, sql, params, records)
+    outcomes = ["(SELECT count(*) FROM moved)"] + (["pg_notify('durable_work', '')"] if notify else [])
+    fenced, _, next_row = _with_claim(claim.db, sql, params, outcomes, then)
+    return fenced == 1, next_row
 
 
-def _run(claim, sql, params, records) -> bool:
-    # The fence decides: when it holds, nobody else can have recorded these keys, so a
-    # conflict can only be our own earlier write whose commit we never heard back about.
-    return _execute(claim.db, sql, params)[0][0] == 1
+def _with_claim(db, sql, params, outcomes: list[str], then) -> tuple[int, object, tuple | None]:
+    """Run the CTEs in `sql`, then (with `then`) claim the next item in the same statement.
+
+    Return the fence's count, the first of `outcomes`, and the next claim's row (or None).
+    """
+    selected = ", ".join(["(SELECT count(*) FROM fence)", *outcomes])
+    if then is None:
+        row = _execute(db, f"{sql} SELECT {selected}", params)[0]
+        return row[0], row[1], None
+    ctes, select, claim_params = _claim_parts(**then)
+    row = _execute(
+        db,
+        f"{sql}, {ctes} SELECT {selected}, nxt.* FROM (SELECT 1) AS one LEFT JOIN ({select}) AS nxt ON true",
+        [*params, *claim_params],
+    )[0]
+    return row[0], row[1], _claimed(row[1 + len(outcomes):])

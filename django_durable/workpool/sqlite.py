@@ -148,11 +148,12 @@ def _end(claim, item_status, records, timers=()) -> bool:
     return True
 
 
-def finish_run(claim, *, status, result, error, records) -> str | None:
+def finish_run(claim, *, status, result, error, records, then=None):
+    """As on PostgreSQL; `then` is ignored (the worker claims next with a statement of its own)."""
     runs = WorkflowRun.objects.using(claim.db)
     with transaction.atomic(using=claim.db):
         if not _end(claim, WorkItem.Status.COMPLETED, records):
-            return None
+            return None, None
         # A cancel that committed first wins: the run ends cancelled, not with this outcome.
         if runs.filter(id=claim.run_id, cancel_requested_at__isnull=False).exclude(status__in=WorkflowRun.TERMINAL).update(
             status=WorkflowRun.Status.CANCELLED, result=None, waiting_on="",
@@ -168,17 +169,17 @@ def finish_run(claim, *, status, result, error, records) -> str | None:
         Timer.objects.using(claim.db).filter(run_id=claim.run_id, status=Timer.Status.PENDING).update(
             status=Timer.Status.CANCELLED
         )
-    return status
+    return status, None
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, notify) -> bool:
+def release(claim, *, run_status, waiting_on, requeue, records, timers, notify, then=None):
     item_status = WorkItem.Status.PENDING if requeue else Case(
         When(wake=True, then=Value(WorkItem.Status.PENDING)), default=Value(WorkItem.Status.COMPLETED)
     )
     with transaction.atomic(using=claim.db):
         if not _end(claim, item_status, records, timers):
-            return False
+            return False, None
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=WorkflowRun.Status.RUNNING).update(
             status=run_status, waiting_on=waiting_on, updated_at=clock.db_now()
         )
-    return True
+    return True, None
