@@ -46,6 +46,8 @@ def ensure_database(base: str, name: str) -> None:
 def run_harness(root: Path, url: str, out: Path, args) -> dict:
     command = [sys.executable, str(root / "bench" / "run.py"), "--repeat", "1", "--json", str(out),
                "--w1-runs", str(args.w1_runs), "--w2-runs", str(args.w2_runs)]
+    if "--sections" in (root / "bench" / "run.py").read_text():
+        command += ["--sections", "core"]  # the figures both sides have
     env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(root)}
     subprocess.run(command, env=env, cwd=root, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())["median"]
