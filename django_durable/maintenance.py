@@ -26,6 +26,11 @@ class Maintenance(threading.Thread):
         self.kill_grace = float(conf.get("STEP_KILL_GRACE_SECONDS"))
         self.tick = max(0.02, min(0.25, self.heartbeat / 4, self.timer_interval))
         self.done = threading.Event()
+        self.next_timers = time.monotonic()  # when to look for due timers next
+
+    def expect_timer(self, seconds: float) -> None:
+        """This worker just set a timer due in `seconds`: look for it then, not a poll later."""
+        self.next_timers = min(self.next_timers, time.monotonic() + max(0.0, seconds))
 
     def run(self) -> None:
         from .worker import DB_ERRORS, close_connection
@@ -33,10 +38,9 @@ class Maintenance(threading.Thread):
         worker = self.worker
         now = time.monotonic()
         next_reap = now + random.uniform(0, self.reaper_interval)
-        next_timers = now
         beats: dict = {}
         try:
-            while not self.done.wait(self.tick):
+            while not self.done.wait(max(0.001, min(self.tick, self.next_timers - time.monotonic()))):
                 now = time.monotonic()
                 if worker.hard_stop or (worker.stop_deadline is not None and now >= worker.stop_deadline):
                     worker.abandon_and_exit("on shutdown")
@@ -54,10 +58,17 @@ class Maintenance(threading.Thread):
                     if now >= next_reap:
                         next_reap = now + self.reaper_interval * random.uniform(0.8, 1.2)
                         workpool.reap(db=worker.db)
-                    if now >= next_timers:
-                        next_timers = now + self.timer_interval * random.uniform(0.8, 1.2)
-                        while workpool.fire_timers(db=worker.db) >= workpool.TIMER_BATCH:
-                            pass  # a backlog of due timers: keep firing
+                    if now >= self.next_timers:
+                        self.next_timers = now + self.timer_interval * random.uniform(0.8, 1.2)
+                        fired = batch = workpool.fire_timers(db=worker.db)
+                        while batch >= workpool.TIMER_BATCH:  # a backlog of due timers: keep firing
+                            batch = workpool.fire_timers(db=worker.db)
+                            fired += batch
+                        if fired:
+                            worker.poke()  # without NOTIFY (SQLite) the main loop would sleep on
+                        due_in = workpool.next_timer_in(db=worker.db)
+                        if due_in is not None:
+                            self.expect_timer(due_in)
                 except DB_ERRORS as exc:
                     logger.warning("Database error in maintenance of %s: %s", worker.name, exc)
                     close_connection(worker.db)

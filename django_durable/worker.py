@@ -59,7 +59,7 @@ class Worker:
     def run(self) -> int:
         """Process work until stopped (or, with burst, until none is left); return the exit code."""
         self._install_signal_handlers()
-        maintenance = Maintenance(self)
+        maintenance = self.maintenance = Maintenance(self)
         maintenance.start()
         waiter = Waiter(self.db, self._wake_r)
         waiter.listen()  # before the first claim, so no notification falls between the two
@@ -106,6 +106,10 @@ class Worker:
             self._stopping.set()
         else:
             self.hard_stop = True
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake the main loop if it is waiting for work."""
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
@@ -156,6 +160,8 @@ class Worker:
             logger.exception("Worker %s failed advancing run %s; abandoning the claim.", self.name, claim.run_id)
             claim.lost = True
         finally:
+            if claim.earliest_timer is not None:
+                self.maintenance.expect_timer((claim.earliest_timer - claim.db_now()).total_seconds())
             # Set by the statement that ended this item, even if something failed after it.
             self._next = claim.next_claim
             with self._current_lock:

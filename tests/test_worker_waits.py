@@ -142,3 +142,15 @@ def test_cancel_racing_the_last_step_gives_one_terminal_state():
         faults.arm("")
     # Both orders happened, so the race was really run.
     assert {"completed", "cancelled"} <= set(outcomes), outcomes
+
+
+def test_a_sleep_ends_on_time_not_a_poll_later(start_worker):
+    """The worker that set the timer fires it when it is due, whatever the poll interval."""
+    run = durable.start("tests.sleeper", 1.0)
+    worker = start_worker(burst=False, env={"DURABLE_POLL_INTERVAL": "5"})
+    assert durable.wait(run.pk, timeout=15) == ["before", "after"]
+    wake_at = Step.objects.get(run=run, key="nap").deadline_at
+    late = Step.objects.get(run=run, key="after").started_at - wake_at
+    assert dt.timedelta(0) <= late < dt.timedelta(seconds=0.5)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -69,7 +69,9 @@ class Claim:
     cancel_requested: bool = False  # learnt at claim, at each checkpoint and at each heartbeat
     step_deadline: float | None = None
     # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
-    next_claim: Claim | None = field(default=None, repr=False)  # time.monotonic() by which the running step must end
+    next_claim: Claim | None = field(default=None, repr=False)
+    # The earliest timer the statement that ended this claim set, so the worker can fire it on time.
+    earliest_timer: dt.datetime | None = None  # time.monotonic() by which the running step must end
 
     def db_now(self) -> dt.datetime:
         """The database's clock now, estimated from the claim without a round trip."""
@@ -203,6 +205,8 @@ def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: lis
     claim.next_claim = _claimed(claim.db, then, run)
     if not outcome["held"]:
         claim.lost = True
+    elif timers:
+        claim.earliest_timer = min(fire_at for _, _, fire_at in timers)
     return outcome["held"]
 
 
@@ -304,6 +308,20 @@ def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
         )
         wake([r[1] for r in rows if r[1] is not None], db=db)
     return len(rows)
+
+
+def next_timer_in(*, db: str) -> float | None:
+    """Seconds until the earliest pending timer is due (by the database's clock), or None."""
+    from django.db.models import Min
+
+    earliest = Timer.objects.using(db).filter(status=Timer.Status.PENDING).aggregate(at=Min("fire_at"))["at"]
+    if earliest is None:
+        return None
+    if connections[db].vendor == "postgresql" and not clock.is_frozen():
+        with connections[db].cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM %s - statement_timestamp())", [earliest])
+            return float(cursor.fetchone()[0])
+    return (earliest - clock.now()).total_seconds()
 
 
 def wake(run_ids, *, db: str) -> None:
