@@ -102,3 +102,18 @@ class SignalTimeout(DurableError, TimeoutError):
 
 class Cancelled(DurableError):
     """The run was cancelled (recorded as its error, with the reason given)."""
+
+
+class ChildFailed(DurableError):
+    """A child workflow run did not complete: it failed, timed out or was cancelled.
+
+    `status` and `error` are the child's; `type` and `message` those of its error.
+    """
+
+    def __init__(self, run_id, error: dict):
+        self.run_id = run_id
+        self.error = error
+        self.status = error.get("status", "failed")
+        self.type = error.get("type", "")
+        self.message = error.get("message", "")
+        super().__init__(f"Child workflow run {run_id} ended {self.status}: {self.type}: {self.message}")

@@ -13,13 +13,15 @@ class Interrupt(BaseException):
 class Suspend(Interrupt):
     """The run waits for something (a timer, a signal, children); the worker moves on.
 
-    `timers` are (kind, step key, fire at) to create, in the same transaction, to wake it.
+    `timers` are (kind, step key, fire at) to create, in the same transaction, to wake it;
+    `items` are parallel branches to queue with it.
     """
 
-    def __init__(self, waiting_on: str, timers=()):
+    def __init__(self, waiting_on: str, timers=(), items=()):
         super().__init__(waiting_on)
         self.waiting_on = waiting_on
         self.timers = list(timers)
+        self.items = list(items)  # (step key, function, input): parallel branches to queue
 
 
 class LeaseLost(Interrupt):
@@ -40,3 +42,11 @@ class RunTimedOut(Interrupt):
 
 class CancelRequested(Interrupt):
     """The run was asked to cancel: it ends cancelled at this checkpoint."""
+
+
+class CompensationFailed(Interrupt):
+    """A compensation failed for good: the run ends compensation_failed."""
+
+    def __init__(self, failure):
+        super().__init__(str(failure))
+        self.failure = failure

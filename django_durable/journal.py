@@ -23,6 +23,7 @@ class StepRecord:
     deadline_at: dt.datetime | None = None
     retry_at: dt.datetime | None = None
     match: str | None = None
+    remaining: int | None = None
     # Not a column: the signal or event message this entry consumes, marked consumed in the
     # same statement that writes the entry.
     consumes: int | None = None
@@ -31,7 +32,8 @@ class StepRecord:
     def values(self) -> tuple:
         """The column values after run_id, in the order of STEP_COLUMNS."""
         return (self.key, self.seq, self.kind, self.name, self.status, self.result, self.error,
-                self.attempts, self.started_at, self.finished_at, self.deadline_at, self.retry_at, self.match)
+                self.attempts, self.started_at, self.finished_at, self.deadline_at, self.retry_at, self.match,
+                self.remaining)
 
 
 # The journal's columns as the hot-path statements write them, with their PostgreSQL types.
@@ -50,11 +52,18 @@ STEP_COLUMNS = (
     ("deadline_at", "timestamptz"),
     ("retry_at", "timestamptz"),
     ("match", "text"),
+    ("remaining", "integer"),
 )
 # A second write of a key replaces a running or retrying entry, never a final one: a recorded
 # outcome is written at most once.
+# A parallel group's count of unfinished branches is decremented by the branches themselves:
+# a write that does not carry one keeps it.
 UPSERT = (
     "ON CONFLICT (run_id, key) DO UPDATE SET "
-    + ", ".join(f'"{name}" = EXCLUDED."{name}"' for name, _ in STEP_COLUMNS if name not in ("run_id", "key", "seq"))
+    + ", ".join(
+        f'"{name}" = COALESCE(EXCLUDED."{name}", durable_step."{name}")' if name == "remaining"
+        else f'"{name}" = EXCLUDED."{name}"'
+        for name, _ in STEP_COLUMNS if name not in ("run_id", "key", "seq")
+    )
     + " WHERE durable_step.status NOT IN ('completed', 'failed')"
 )

@@ -44,8 +44,11 @@ class WorkflowRun(models.Model):
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
         TIMED_OUT = "timed_out", "Timed out"
+        COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
 
-    TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT})
+    TERMINAL = frozenset(
+        {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT, Status.COMPENSATION_FAILED}
+    )
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     workflow = models.CharField(max_length=200, help_text="The registered workflow name.")
@@ -115,6 +118,9 @@ class Step(models.Model):
         SLEEP = "sleep", "Sleep"
         SIGNAL = "signal", "Wait for a signal"
         EVENT = "event", "Wait for an event"
+        PARALLEL = "parallel", "Parallel branches"
+        CHILD = "child", "Child workflow"
+        ROLLBACK = "rollback", "Compensation"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
@@ -146,6 +152,9 @@ class Step(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True, help_text="When the next attempt is due.")
     match = models.TextField(
         null=True, blank=True, help_text="JSON: the fields an awaited event must have."
+    )
+    remaining = models.IntegerField(
+        null=True, blank=True, help_text="For a parallel group: branches not yet finished."
     )
 
     class Meta:
@@ -196,12 +205,20 @@ class WorkItem(models.Model):
         PROCESSING = "processing", "Processing"
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ADVANCE)
     run = models.ForeignKey(
         WorkflowRun, null=True, blank=True, on_delete=models.CASCADE, related_name="work_items"
     )
     step_key = models.CharField(max_length=255, blank=True, default="")
+    group = models.CharField(
+        max_length=255, blank=True, default="", help_text="A step item's parallel group (its journal key)."
+    )
+    function = models.CharField(
+        max_length=255, blank=True, default="", help_text="A step item's function, module.qualname."
+    )
+    input = models.TextField(null=True, blank=True, help_text="JSON: a step item's arguments and options.")
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)

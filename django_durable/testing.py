@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from . import clock as _clock
 from . import conf, workpool
+from .engine.branches import run_branch
 from .engine.replay import advance
 from .models import WorkItem
 
@@ -28,9 +29,12 @@ def drain(*, queues: list[str] | None = None, max_items: int = 10_000, worker: s
             claim = workpool.claim(worker=worker, queues=queues, db=db)
         if claim is None:
             break
+        # Like a worker: the statement that ends one item claims the next.
+        chain = lambda: request if done + 1 < max_items else None  # noqa: E731
         if claim.kind == WorkItem.Kind.ADVANCE:
-            # Like a worker: the statement that ends one run claims the next.
-            advance(claim, then=lambda: request if done + 1 < max_items else None)
+            advance(claim, then=chain)
+        elif claim.kind == WorkItem.Kind.STEP:
+            run_branch(claim, then=chain)
         done += 1
         claim = claim.next_claim
     return done

@@ -16,6 +16,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from . import conf, workpool
 from .checks import check_sqlite_journal
+from .engine.branches import run_branch
 from .engine.replay import advance
 from .interrupts import DatabaseUnavailable
 from .maintenance import Maintenance
@@ -140,10 +141,12 @@ class Worker:
         try:
             if claim.kind == WorkItem.Kind.ADVANCE:
                 outcome = advance(claim, should_stop=self._stopping.is_set, then=self._chain)
-                if outcome == "lost":
-                    logger.warning("Worker %s lost its claim on run %s and abandoned it.", self.name, claim.run_id)
+            elif claim.kind == WorkItem.Kind.STEP:
+                outcome = run_branch(claim, then=self._chain)
             else:
-                logger.error("Work item %s has kind %r, which this worker cannot run.", claim.item_id, claim.kind)
+                raise ValueError(f"Work item {claim.item_id} has kind {claim.kind!r}, which this worker cannot run.")
+            if outcome == "lost":
+                logger.warning("Worker %s lost its claim on run %s and abandoned it.", self.name, claim.run_id)
         except DB_ERRORS:
             # Hand the run back so another worker (or we, once reconnected) goes on at once
             # rather than after the lease; the release is fenced, so it is safe to try.

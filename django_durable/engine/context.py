@@ -15,13 +15,14 @@ from .. import conf, faults, serialization
 from ..exceptions import NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import Suspend
 from ..retry import RetryPolicy
+from .composition import Composition, current_step
 from .waits import Waits, _as_datetime
 from ..journal import StepRecord
 
 FINAL = ("completed", "failed")
 
 
-class Context(Waits):
+class Context(Waits, Composition):
     """What a workflow function gets as its first argument.
 
     Every call that has an effect outside the workflow function goes through the context, so
@@ -39,6 +40,7 @@ class Context(Waits):
         self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
         self._counters: dict[str, int] = {}
         self._used: set[str] = set()
+        self._compensations: list[tuple[str, Callable, Any]] = []  # (key, undo, result), in order
 
     def __repr__(self) -> str:
         return f"<Context {self.workflow} run={self.run_id}>"
@@ -47,7 +49,7 @@ class Context(Waits):
 
     def step(self, key: str, fn: Callable, /, *args: Any, atomic: bool = False,
              retry: RetryPolicy | None = None, timeout: float | dt.timedelta | None = None,
-             **kwargs: Any) -> Any:
+             compensate: Callable | None = None, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` once for this run and return its (recorded) result.
 
         When `key` is already recorded, return the recorded result without calling `fn`; a
@@ -56,10 +58,17 @@ class Context(Waits):
         back-off during which the run waits and the worker is free. `timeout` (seconds or a
         timedelta) bounds each attempt; the deadline is stored before the attempt starts. With
         ``atomic=True`` the step runs inside the database transaction that records it.
+        `compensate` is called with the step's result if the run rolls back (see rollback()).
 
         Raise StepFailed when the attempts run out (or the error is not retryable),
         NonDeterminismError if `key` was recorded for another function.
         """
+        value = self._step(key, fn, args, kwargs, atomic=atomic, retry=retry, timeout=timeout, kind="step")
+        if compensate is not None:
+            self._compensations.append((key, compensate, value))
+        return value
+
+    def _step(self, key, fn, args, kwargs, *, atomic, retry, timeout, kind):
         self._claim_key(key)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
@@ -69,7 +78,7 @@ class Context(Waits):
         attempt, deadline = 1, None
         entry = self._journal.get(key)
         if entry is not None:
-            self._check_same(key, entry, "step", name)
+            self._check_same(key, entry, kind, name)
             if entry.status in FINAL:
                 return self._replay_final(key, entry)
             attempt, deadline = self._resume(key, name, entry, policy)
@@ -82,14 +91,14 @@ class Context(Waits):
             running = None
             if deadline is not None:
                 running = self._record(key, name, "running", None, None, started, attempt, deadline=deadline,
-                                       write=None)
+                                       kind=kind, write=None)
             self._session.before_step(key, running)
             if faults.active:
                 faults.hit("before_step_call", key)
             try:
-                with self._session.alarm(deadline, key):
+                with self._session.alarm(deadline, key), current_step(self.run_id, self.workflow, key, attempt):
                     if atomic:
-                        return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs)
+                        return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind)
                     value = fn(*args, **kwargs)
             except _StepRaised as raised:
                 exc = raised.__cause__
@@ -104,12 +113,12 @@ class Context(Waits):
                     exc = exc_
                 else:
                     # Buffered: it commits before the next step starts, or with the outcome.
-                    self._record(key, name, "completed", text, None, started, attempt)
+                    self._record(key, name, "completed", text, None, started, attempt, kind=kind)
                     return serialization.decode(text)
-            attempt = self._failed_attempt(key, name, started, attempt, policy, exc)
+            attempt = self._failed_attempt(key, name, started, attempt, policy, exc, kind)
             deadline = None
 
-    def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs):
+    def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind):
         with transaction.atomic(using=self._session.db):
             try:
                 value = fn(*args, **kwargs)
@@ -118,7 +127,7 @@ class Context(Waits):
                 text = self._encode(value, key)
             except Exception as exc:
                 raise _StepRaised from exc  # roll the step's writes back
-            record = self._record(key, name, "completed", text, None, started, attempt, write="now")
+            record = self._record(key, name, "completed", text, None, started, attempt, kind=kind, write="now")
             if faults.active:
                 faults.hit("before_checkpoint_commit", key)
         self._session.committed([record])
@@ -140,21 +149,22 @@ class Context(Waits):
                 f"Step {key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC "
                 f"(attempt {entry.attempts}); its worker did not survive it."
             )
-            return self._failed_attempt(key, name, None, entry.attempts, policy, timeout), None
+            return self._failed_attempt(key, name, None, entry.attempts, policy, timeout, entry.kind), None
         return entry.attempts, deadline
 
-    def _failed_attempt(self, key, name, started, attempt, policy: RetryPolicy, exc: BaseException) -> int:
+    def _failed_attempt(self, key, name, started, attempt, policy: RetryPolicy, exc: BaseException,
+                        kind: str = "step") -> int:
         """Record a failed attempt; return the next attempt's number, or raise Suspend or StepFailed."""
         error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)))
         if not policy.retries(exc, attempt):
-            self._record(key, name, "failed", None, error, started, attempt)
+            self._record(key, name, "failed", None, error, started, attempt, kind=kind)
             raise StepFailed(key, serialization.decode(error), attempts=attempt) from exc
         delay = policy.delay(exc, attempt)
         if delay <= 0:
             self._session.attempt_failed(key, error, attempt)  # and try again at once
             return attempt + 1
         retry_at = self._session.now() + dt.timedelta(seconds=delay)
-        self._record(key, name, "retrying", None, error, started, attempt, retry_at=retry_at)
+        self._record(key, name, "retrying", None, error, started, attempt, retry_at=retry_at, kind=kind)
         raise Suspend(_retry_waiting_on(key, attempt + 1, policy, retry_at), timers=[("retry", key, retry_at)])
 
     def _encode(self, value, key):
@@ -172,7 +182,8 @@ class Context(Waits):
         self._used.add(key)
 
     def _record(self, key, name, status, result, error, started, attempts, *, kind="step",
-                deadline=None, retry_at=None, match=None, consumes=None, write="buffer", derivable=False):
+                deadline=None, retry_at=None, match=None, consumes=None, remaining=None, write="buffer",
+                derivable=False):
         """Make `key`'s journal entry (keeping its seq) and write it: buffered, "now", or not (None)."""
         entry = self._journal.get(key)
         if entry is None:
@@ -186,7 +197,7 @@ class Context(Waits):
             key=key, seq=seq, kind=kind, name=name, status=status, result=result, error=error,
             attempts=attempts, started_at=started,
             finished_at=None if status == "running" else self._session.now(),
-            deadline_at=deadline, retry_at=retry_at, match=match, consumes=consumes,
+            deadline_at=deadline, retry_at=retry_at, match=match, consumes=consumes, remaining=remaining,
         )
         self._journal[key] = record
         if write is not None:

@@ -45,6 +45,21 @@ class Session:
         self.alarm = Alarm(self)
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
         self.then: Callable[[], workpool.ClaimRequest | None] = lambda: None
+        self.rolling_back = False  # compensations run even after a cancel request
+        self._children = {str(child_id): rest for child_id, *rest in (claim.run.children if claim.run else [])}
+
+    def start_child(self, child_id, definition, args, kwargs) -> None:
+        """Create the child run (idempotent: its id is derived from this run and the key)."""
+        from ..services import create_run
+
+        try:
+            create_run(definition, list(args), kwargs, run_id=child_id, parent_id=self.claim.run_id)
+        except DatabaseError as exc:
+            raise DatabaseUnavailable(str(exc)) from exc
+
+    def finished_child(self, child_id) -> tuple | None:
+        """(status, result, error) of a child that had finished when this run was claimed, or None."""
+        return self._children.get(str(child_id))
 
     def take_message(self, kind: str, name: str, key: str) -> tuple[int, str] | None:
         """The oldest unconsumed signal `name`, or the event delivered to the wait `key`."""
@@ -76,7 +91,7 @@ class Session:
         # let a worker whose lease lapsed meanwhile start the step.
         if not self.claim.alive():
             raise LeaseLost("lease expired")
-        if self.claim.cancel_requested:
+        if self.claim.cancel_requested and not self.rolling_back:
             raise CancelRequested()
         if self._should_stop():
             raise Preempted()
@@ -200,7 +215,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     except Suspend as suspend:
         records = session.take_pending()
         if not workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
-                                records=records, timers=suspend.timers, then=then()):
+                                records=records, timers=suspend.timers, items=suspend.items, then=then()):
             return "lost"
         session.committed(records)
         return "waiting"

@@ -47,6 +47,8 @@ class RunState:
     journal: list
     # per unconsumed message, oldest first: [id, kind, name, target_key, payload]
     messages: list
+    # per finished child run: [id, status, result, error]
+    children: list = field(default_factory=list)
 
 
 @dataclass
@@ -71,7 +73,11 @@ class Claim:
     # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
     next_claim: Claim | None = field(default=None, repr=False)
     # The earliest timer the statement that ended this claim set, so the worker can fire it on time.
-    earliest_timer: dt.datetime | None = None  # time.monotonic() by which the running step must end
+    earliest_timer: dt.datetime | None = None
+    # A step item's function (module.qualname), its input (JSON) and its parallel group.
+    function: str = ""
+    input: str | None = None
+    group: str = ""  # time.monotonic() by which the running step must end
 
     def db_now(self) -> dt.datetime:
         """The database's clock now, estimated from the claim without a round trip."""
@@ -131,12 +137,13 @@ def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
                "lease": lease_seconds()})
     if row is None:
         return None
-    item_id, kind, run_id, step_key, attempts, db_time, state = row
+    item_id, kind, run_id, step_key, attempts, db_time, state, (function, item_input, group) = row
     result = Claim(
         item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
         token=token, worker=request.worker, db=db, valid_until=_valid_until(started),
         db_time=db_time, db_time_at=time.monotonic(), run=state,
         cancel_requested=bool(state and state.cancel_requested),
+        function=function or "", input=item_input, group=group or "",
     )
     if faults.active:
         faults.hit("after_claim_commit")
@@ -167,47 +174,63 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     """
     if faults.active:
         faults.hit("before_terminal_commit")
-    backend = _backend(claim.db)
-    outcome = {}
-
-    def run(then_params):
-        outcome["final"], row = backend.finish_run(
-            claim, status=status, result=result, error=error, records=list(records), then=then_params
-        )
-        return row
-
-    claim.next_claim = _claimed(claim.db, then, run)
-    if outcome["final"] is None:
-        claim.lost = True
-    return outcome["final"]
+    return _ending(claim, then, lambda then_params: _backend(claim.db).finish_run(
+        claim, status=status, result=result, error=error, records=list(records), then=then_params
+    ))
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),
-            timers: list[tuple[str, str, dt.datetime]] = (), then: ClaimRequest | None = None) -> bool:
+            timers: list[tuple[str, str, dt.datetime]] = (), items: list[tuple[str, str, str, str]] = (),
+            then: ClaimRequest | None = None) -> bool:
     """Hand the run back, fenced: it waits (`waiting`) or goes back to the queue (`pending`).
 
     A waiting run's item goes idle unless a wakeup arrived meanwhile; a pending run's item is
     ready again at once. `timers` are (kind, step key, fire at) to create for the run, in the
-    same transaction. Return False (writing nothing) if the claim was already lost. With
-    `then`, the same statement claims the worker's next item (see finish_run).
+    same transaction; `items` are (key, group, function, input) of parallel branches to queue.
+    Return False (writing nothing) if the claim was already lost. With `then`, the same
+    statement claims the worker's next item (see finish_run).
     """
     requeue = run_status == RunStatus.PENDING
-    backend = _backend(claim.db)
+    held = _ending(claim, then, lambda then_params: _backend(claim.db).release(
+        claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
+        timers=list(timers), items=list(items), notify=requeue and conf.get("LISTEN_NOTIFY"), then=then_params,
+    ))
+    if held and timers:
+        claim.earliest_timer = min(fire_at for _, _, fire_at in timers)
+    return held
+
+
+def finish_branch(claim: Claim, record: StepRecord, *, failed: bool, fail_fast: bool,
+                  then: ClaimRequest | None = None) -> bool:
+    """Record a branch's outcome and count it off its group (waking the run when it is done); fenced."""
+    return _ending(claim, then, lambda then_params: _backend(claim.db).finish_branch(
+        claim, record, group=claim.group, failed=failed, fail_fast=fail_fast, then=then_params
+    ))
+
+
+def retry_branch(claim: Claim, record: StepRecord, *, retry_at: dt.datetime,
+                 then: ClaimRequest | None = None) -> bool:
+    """Record a branch's failed attempt and queue it again for `retry_at`; fenced."""
+    return _ending(claim, then, lambda then_params: _backend(claim.db).retry_branch(
+        claim, record, retry_at=retry_at, then=then_params
+    ))
+
+
+def _ending(claim: Claim, then: ClaimRequest | None, end):
+    """Run `end(then_params)`, which returns (outcome, next claim's row); keep the next claim.
+
+    A falsy outcome means the fence did not hold: the claim is lost.
+    """
     outcome = {}
 
     def run(then_params):
-        outcome["held"], row = backend.release(
-            claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
-            timers=list(timers), notify=requeue and conf.get("LISTEN_NOTIFY"), then=then_params,
-        )
+        outcome["value"], row = end(then_params)
         return row
 
     claim.next_claim = _claimed(claim.db, then, run)
-    if not outcome["held"]:
+    if not outcome["value"]:
         claim.lost = True
-    elif timers:
-        claim.earliest_timer = min(fire_at for _, _, fire_at in timers)
-    return outcome["held"]
+    return outcome["value"]
 
 
 def renew(claim: Claim) -> bool:

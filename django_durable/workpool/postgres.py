@@ -112,25 +112,34 @@ def _claim_parts(*, worker, queues, db, token, lease) -> tuple[str, str, list]:
                 claim_expires_at = {now} + make_interval(secs => %s),
                 attempts = w.attempts + 1, wake = false
             FROM picked WHERE w.id = picked.id
-            RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts
+            RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group
         ),
         run AS (
+            -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
             UPDATE durable_workflow_run AS r
             SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}
             FROM claimed
-            WHERE r.id = claimed.run_id AND r.status NOT IN ({_TERMINAL})
-            RETURNING r.id, r.workflow, r.input, r.attempt, r.max_attempts, r.deadline_at,
-                      r.cancel_requested_at IS NOT NULL AS cancel_requested
+            WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({_TERMINAL})
+            RETURNING r.id
         )"""
+    # The run's fields are read as they were before this statement (the update above changes
+    # none of them); for an advance its journal and messages, for a branch its own entry.
     select = f"""
         SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
-               run.workflow, run.input, run.attempt, run.max_attempts, run.deadline_at, run.cancel_requested,
+               CASE WHEN r.status NOT IN ({_TERMINAL}) THEN r.workflow END,
+               r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
                (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result,
                                                  s.error, s.attempts, s.deadline_at, s.retry_at, s.match))
-                FROM durable_step AS s WHERE s.run_id = c.run_id) AS journal,
-               (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload) ORDER BY m.id)
-                FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) AS messages
-        FROM claimed AS c LEFT JOIN run ON run.id = c.run_id"""
+                FROM durable_step AS s
+                WHERE s.run_id = c.run_id AND (c.kind = 'advance' OR s.key = c.step_key)) AS journal,
+               CASE WHEN c.kind = 'advance' THEN
+                   (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload) ORDER BY m.id)
+                    FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+               (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+                FROM durable_workflow_run AS k
+                WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ({_TERMINAL})) AS children,
+               c.function, c.input AS item_input, c.group
+        FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id"""
     return ctes, select, [*pick_params, token, worker, lease]
 
 
@@ -139,9 +148,10 @@ def _claimed(row):
 
     if row is None or row[0] is None:
         return None
-    item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal, messages = row
-    run = RunState(workflow, *state, journal or [], messages or []) if workflow is not None else None
-    return item_id, kind, run_id, step_key, attempts, db_now, run
+    item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal, messages, children = row[:15]
+    run = (RunState(workflow, *state, journal or [], messages or [], children or [])
+           if workflow is not None else None)
+    return item_id, kind, run_id, step_key, attempts, db_now, run, row[15:18]
 
 
 def claim(*, worker, queues, db, token, lease):
@@ -197,19 +207,20 @@ def record_steps(claim, records) -> tuple[int, bool]:
     return row[0], bool(row[1])
 
 
-def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, list]:
+def _end(item_status_sql: str, now: str, claim, records, timers, items=(), available_at=None) -> tuple[str, list]:
     """The CTEs shared by finish and release: free the item (fenced), record the last entries,
-    set the run's timers. Everything after `fence` happens only if the fence held."""
+    set the run's timers, queue its parallel branches. Everything after `fence` happens only if
+    the fence held."""
     sql = f"""
         WITH fence AS (
             UPDATE durable_work_item
-            SET status = {item_status_sql}, available_at = {now}, claim_token = NULL,
+            SET status = {item_status_sql}, available_at = {"%s" if available_at else now}, claim_token = NULL,
                 claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false,
                 step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
             WHERE id = %s AND claim_token = %s
             RETURNING run_id
         )"""
-    params = [claim.item_id, claim.token]
+    params = ([available_at] if available_at else []) + [claim.item_id, claim.token]
     consumed_sql, consumed_params = _consumed(records, now)
     sql += consumed_sql
     params.extend(consumed_params)
@@ -222,6 +233,20 @@ def _end(item_status_sql: str, now: str, claim, records, timers) -> tuple[str, l
             {UPSERT} RETURNING 1
         )"""
         params.extend(values)
+    if items:
+        rows = ", ".join(["(%s::varchar, %s::varchar, %s::varchar, %s::text)"] * len(items))
+        sql += f""",
+        branches AS (
+            INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority,
+                                           status, available_at, attempts, wake, claimed_by, last_error, created_at)
+            SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority,
+                   'pending', {now}, 0, false, '', '', {now}
+            FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id,
+                 (VALUES {rows}) AS b (step_key, grp, function, input)
+            RETURNING 1
+        )"""
+        for item in items:
+            params.extend(item)
     if timers:
         rows = ", ".join(["(%s::varchar, %s::varchar, %s::timestamptz)"] * len(timers))
         sql += f""",
@@ -250,7 +275,22 @@ def finish_run(claim, *, status, result, error, records, then=None):
                 error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
                 waiting_on = '', finished_at = {now}, updated_at = {now}
             FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({_TERMINAL})
-            RETURNING r.status
+            RETURNING r.status, r.parent_id
+        ),
+        -- Its branches not started yet will never be needed.
+        unneeded AS (
+            UPDATE durable_work_item AS o SET status = 'cancelled'
+            FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+            RETURNING 1
+        ),
+        -- A child's end wakes its parent, which may be waiting for it.
+        parent AS (
+            UPDATE durable_work_item AS p
+            SET status = CASE WHEN p.status = 'completed' THEN 'pending' ELSE p.status END,
+                available_at = CASE WHEN p.status = 'completed' THEN {now} ELSE p.available_at END,
+                wake = CASE WHEN p.status = 'processing' THEN true ELSE p.wake END
+            FROM done WHERE p.run_id = done.parent_id AND p.kind = 'advance'
+            RETURNING 1
         ),
         quiet AS (
             -- SKIP LOCKED: a timer being fired right now holds its lock while it waits for the
@@ -261,15 +301,16 @@ def finish_run(claim, *, status, result, error, records, then=None):
             RETURNING 1
         )"""
     params.extend([status, result, error])
-    fenced, final, next_row = _with_claim(claim.db, sql, params, ["(SELECT status FROM done)"], then)
+    outcomes = ["(SELECT status FROM done)", "(SELECT pg_notify('durable_work', '') FROM parent LIMIT 1)"]
+    fenced, final, next_row = _with_claim(claim.db, sql, params, outcomes, then)
     return ((final or status) if fenced == 1 else None), next_row
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, notify, then=None):
+def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify, then=None):
     """Hand the run back, fenced; return (whether the fence held, the next claim's row or None)."""
     now = clock.now_sql("postgresql")
     item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
-    sql, params = _end(item_status, now, claim, records, timers)
+    sql, params = _end(item_status, now, claim, records, timers, items)
     sql += f""",
         moved AS (
             UPDATE durable_workflow_run AS r
@@ -278,7 +319,7 @@ def release(claim, *, run_status, waiting_on, requeue, records, timers, notify, 
             RETURNING 1
         )"""
     params.extend([run_status, waiting_on])
-    outcomes = ["(SELECT count(*) FROM moved)"] + (["pg_notify('durable_work', '')"] if notify else [])
+    outcomes = ["(SELECT count(*) FROM moved)"] + (["pg_notify('durable_work', '')"] if notify or items else [])
     fenced, _, next_row = _with_claim(claim.db, sql, params, outcomes, then)
     return fenced == 1, next_row
 
@@ -299,3 +340,47 @@ def _with_claim(db, sql, params, outcomes: list[str], then) -> tuple[int, object
         [*params, *claim_params],
     )[0]
     return row[0], row[1], _claimed(row[1 + len(outcomes):])
+
+
+def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
+    """Record a branch's outcome and count it off its group, fenced; wake the run when the group
+    is done (or, failing fast, at once, cancelling the group's branches not started yet).
+
+    Branches finishing at once take turns on the group's row, so exactly one sees the count
+    reach zero. Return (whether the fence held, the next claim's row or None).
+    """
+    now = clock.now_sql("postgresql")
+    sql, params = _end("'completed'", now, claim, [record], ())
+    sql += f""",
+        grp AS (
+            UPDATE durable_step AS g SET remaining = g.remaining - 1
+            FROM fence WHERE g.run_id = fence.run_id AND g.key = %s
+            RETURNING g.remaining
+        ),
+        stopped AS (
+            UPDATE durable_work_item AS o SET status = 'cancelled'
+            FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+                        AND o.status = 'pending'
+            RETURNING 1
+        ),
+        woke AS (
+            UPDATE durable_work_item AS a
+            SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+                available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
+                wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+            FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+                        AND (%s OR (SELECT remaining FROM grp) <= 0)
+            RETURNING 1
+        )"""
+    params.extend([group, failed and fail_fast, group, failed and fail_fast])
+    outcomes = ["(SELECT pg_notify('durable_work', '') FROM woke LIMIT 1)"]
+    fenced, _, next_row = _with_claim(claim.db, sql, params, outcomes, then)
+    return fenced == 1, next_row
+
+
+def retry_branch(claim, record, *, retry_at, then=None):
+    """Record a branch's failed attempt and queue it again for `retry_at`, fenced."""
+    now = clock.now_sql("postgresql")
+    sql, params = _end("'pending'", now, claim, [record], (), available_at=retry_at)
+    fenced, _, next_row = _with_claim(claim.db, sql, params, ["0"], then)
+    return fenced == 1, next_row

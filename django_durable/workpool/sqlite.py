@@ -43,42 +43,44 @@ def claim(*, worker, queues, db, token, lease):
             break
     else:
         return None
-    item_id, kind, run_id, step_key, attempts = (
+    item_id, kind, run_id, step_key, attempts, function, item_input, group = (
         WorkItem.objects.using(db)
         .filter(id=candidate)
-        .values_list("id", "kind", "run_id", "step_key", "attempts")
+        .values_list("id", "kind", "run_id", "step_key", "attempts", "function", "input", "group")
         .get()
     )
     run = None
     if run_id is not None:
-        WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
-            status=WorkflowRun.Status.RUNNING,
-            started_at=Coalesce(F("started_at"), clock.db_now()),
-            updated_at=clock.db_now(),
-        )
-        state = (
-            WorkflowRun.objects.using(db)
-            .filter(id=run_id)
-            .exclude(status__in=WorkflowRun.TERMINAL)
-            .values_list("workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at")
-            .first()
-        )
+        runs = WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL)
+        if kind == WorkItem.Kind.ADVANCE:
+            # Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+            runs.update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), clock.db_now()),
+                        updated_at=clock.db_now())
+        state = runs.values_list(
+            "workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at"
+        ).first()
         if state is not None:
-            journal = list(
-                Step.objects.using(db)
-                .filter(run_id=run_id)
-                .values_list("key", "seq", "kind", "name", "status", "result", "error", "attempts",
-                             "deadline_at", "retry_at", "match")
-            )
-            messages = list(
-                SignalMessage.objects.using(db)
-                .filter(run_id=run_id, consumed_at__isnull=True)
-                .order_by("id")
-                .values_list("id", "kind", "name", "target_key", "payload")
-            )
-            run = RunState(*state[:5], state[5] is not None, journal, messages)
+            journal, messages, children = [], [], []
+            steps = Step.objects.using(db).filter(run_id=run_id)
+            if kind != WorkItem.Kind.ADVANCE:
+                steps = steps.filter(key=step_key)  # a branch reads its own entry
+            journal = list(steps.values_list("key", "seq", "kind", "name", "status", "result", "error", "attempts",
+                                             "deadline_at", "retry_at", "match"))
+            if kind == WorkItem.Kind.ADVANCE:
+                messages = list(
+                    SignalMessage.objects.using(db)
+                    .filter(run_id=run_id, consumed_at__isnull=True)
+                    .order_by("id")
+                    .values_list("id", "kind", "name", "target_key", "payload")
+                )
+                children = list(
+                    WorkflowRun.objects.using(db)
+                    .filter(parent_id=run_id, status__in=WorkflowRun.TERMINAL)
+                    .values_list("id", "status", "result", "error")
+                )
+            run = RunState(*state[:5], state[5] is not None, journal, messages, children)
     # SQLite's clock is this machine's clock.
-    return item_id, kind, run_id, step_key, attempts, clock.now(), run
+    return item_id, kind, run_id, step_key, attempts, clock.now(), run, (function, item_input, group)
 
 
 def _params(claim, records, connection) -> list:
@@ -119,10 +121,10 @@ def _consume(claim, records) -> None:
             )
 
 
-def _end(claim, item_status, records, timers=()) -> bool:
+def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:
     if not claim.fence().update(
         status=item_status,
-        available_at=clock.db_now(),
+        available_at=available_at or clock.db_now(),
         claim_token=None,
         claimed_by="",
         claim_expires_at=None,
@@ -142,6 +144,13 @@ def _end(claim, item_status, records, timers=()) -> bool:
                 params,
             )
     _consume(claim, records)
+    if items:
+        run = WorkflowRun.objects.using(claim.db).values("queue", "priority").get(id=claim.run_id)
+        WorkItem.objects.using(claim.db).bulk_create(
+            WorkItem(kind=WorkItem.Kind.STEP, run_id=claim.run_id, step_key=key, group=group, function=function,
+                     input=text, queue=run["queue"], priority=run["priority"], available_at=clock.db_now())
+            for key, group, function, text in items
+        )
     Timer.objects.using(claim.db).bulk_create(
         Timer(kind=kind, run_id=claim.run_id, step_key=key, fire_at=fire_at) for kind, key, fire_at in timers
     )
@@ -165,21 +174,53 @@ def finish_run(claim, *, status, result, error, records, then=None):
                 status=status, result=result, error=error, waiting_on="",
                 finished_at=clock.db_now(), updated_at=clock.db_now(),
             )
-        # A finished run has nothing left to wake it: its pending timers never fire.
+        # A finished run has nothing left to wake it: its pending timers never fire, its branches
+        # not started yet are not needed, and its parent (if any) may be waiting for it.
         Timer.objects.using(claim.db).filter(run_id=claim.run_id, status=Timer.Status.PENDING).update(
             status=Timer.Status.CANCELLED
         )
+        WorkItem.objects.using(claim.db).filter(
+            run_id=claim.run_id, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING
+        ).update(status=WorkItem.Status.CANCELLED)
+        parent = runs.filter(id=claim.run_id).values_list("parent_id", flat=True).first()
+        if parent is not None:
+            from . import wake
+
+            wake([parent], db=claim.db)
     return status, None
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, notify, then=None):
+def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify, then=None):
     item_status = WorkItem.Status.PENDING if requeue else Case(
         When(wake=True, then=Value(WorkItem.Status.PENDING)), default=Value(WorkItem.Status.COMPLETED)
     )
     with transaction.atomic(using=claim.db):
-        if not _end(claim, item_status, records, timers):
+        if not _end(claim, item_status, records, timers, items):
             return False, None
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=WorkflowRun.Status.RUNNING).update(
             status=run_status, waiting_on=waiting_on, updated_at=clock.db_now()
         )
     return True, None
+
+
+def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
+    """As on PostgreSQL; SQLite's single writer makes the group's count exact."""
+    from . import wake
+
+    with transaction.atomic(using=claim.db):
+        if not _end(claim, WorkItem.Status.COMPLETED, [record]):
+            return False, None
+        steps = Step.objects.using(claim.db).filter(run_id=claim.run_id, key=group)
+        steps.update(remaining=F("remaining") - 1)
+        if failed and fail_fast:
+            WorkItem.objects.using(claim.db).filter(
+                run_id=claim.run_id, kind=WorkItem.Kind.STEP, group=group, status=WorkItem.Status.PENDING
+            ).update(status=WorkItem.Status.CANCELLED)
+        if (failed and fail_fast) or steps.filter(remaining__lte=0).exists():
+            wake([claim.run_id], db=claim.db)
+    return True, None
+
+
+def retry_branch(claim, record, *, retry_at, then=None):
+    with transaction.atomic(using=claim.db):
+        return _end(claim, WorkItem.Status.PENDING, [record], available_at=retry_at), None

@@ -1,0 +1,140 @@
+"""Running one parallel branch: a step work item that any worker may take."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import traceback
+from collections.abc import Callable
+
+from django.db import DatabaseError
+
+from .. import conf, faults, serialization, signals, workpool
+from ..exceptions import NonRetryableError, StepTimeout
+from ..interrupts import DatabaseUnavailable, LeaseLost
+from ..retry import RetryPolicy
+from .alarm import Alarm
+from .composition import current_step, resolve
+from .waits import _as_datetime
+
+logger = logging.getLogger("django_durable.worker")
+
+
+class BranchSession:
+    """What the alarm needs of a branch: its claim, the database's clock, the run's deadline."""
+
+    def __init__(self, claim: workpool.Claim):
+        self.claim = claim
+        self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
+
+    def now(self) -> dt.datetime:
+        return self.claim.db_now()
+
+
+def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
+    """Run the branch of `claim` once (an attempt), and record what came of it; return that."""
+    if claim.run is None:  # its run finished meanwhile: nothing to do for it
+        workpool.finish_branch(claim, _record(claim, {}, "failed", None, _error(RuntimeError("run finished")), 1),
+                               failed=True, fail_fast=False, then=then())
+        return "run finished"
+    session = BranchSession(claim)
+    spec, fn, policy, problem = _load(claim)
+    entry = claim.run.journal[0] if claim.run.journal else None
+    attempt = 1
+    deadline = None
+    if entry is not None and entry[4] == "retrying":
+        attempt = entry[7] + 1
+    elif entry is not None and entry[4] == "running":
+        attempt, deadline = entry[7], _as_datetime(entry[8])
+        if deadline is not None and deadline <= session.now():
+            problem = problem or StepTimeout(
+                f"Branch {claim.step_key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC; "
+                f"its worker did not survive it."
+            )
+    if problem is not None:
+        return _failed(claim, spec, policy, attempt, problem, session.now(), then)
+    timeout = spec.get("timeout")
+    started = session.now()
+    try:
+        if timeout and deadline is None:
+            deadline = started + dt.timedelta(seconds=timeout)
+            workpool.record_steps(claim, [_record(claim, spec, "running", None, None, attempt, started, deadline)])
+        if not claim.alive():
+            raise LeaseLost("lease expired")
+    except DatabaseError as exc:
+        raise DatabaseUnavailable(str(exc)) from exc
+    if faults.active:
+        faults.hit("before_step_call", claim.step_key)
+    try:
+        with Alarm(session)(deadline, claim.step_key), \
+                current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt):
+            value = fn(*spec.get("args", []), **spec.get("kwargs", {}))
+        if faults.active:
+            faults.hit("after_step_return", claim.step_key)
+        text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",
+                                    max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+    except Exception as exc:
+        return _failed(claim, spec, policy, attempt, exc, started, then)
+    record = _record(claim, spec, "completed", text, None, attempt, started)
+    if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=then()):
+        return "lost"
+    signals.send(signals.step_completed, claim.run.workflow, run_id=claim.run_id, key=claim.step_key,
+                 result=serialization.decode(text), attempts=attempt)
+    return "completed"
+
+
+def _load(claim):
+    """The branch's arguments, function and retry policy; or the reason it cannot run."""
+    spec, fn, policy = {}, None, RetryPolicy(max_attempts=1)
+    try:
+        spec = serialization.decode(claim.input) or {}
+        retry = dict(spec.get("retry") or {})
+        types = tuple(t for t in (resolve(name) for name in retry.pop("non_retryable", [])) if isinstance(t, type))
+        policy = RetryPolicy(**retry, non_retryable=types) if retry else RetryPolicy()
+        fn = resolve(claim.function)
+        if not callable(fn):
+            raise NonRetryableError(
+                f"The branch's function {claim.function!r} is not loaded in this worker; define it in a "
+                f"module that your workflows.py imports."
+            )
+    except Exception as exc:  # noqa: BLE001 - a broken branch fails, it does not crash the worker
+        return spec, None, policy, exc
+    return spec, fn, policy, None
+
+
+def _failed(claim, spec, policy, attempt, exc, started, then) -> str:
+    error = _error(exc)
+    signal_args = {"run_id": claim.run_id, "key": claim.step_key, "error": serialization.decode(error),
+                   "attempt": attempt}
+    if policy.retries(exc, attempt):
+        retry_at = claim.db_now() + dt.timedelta(seconds=policy.delay(exc, attempt))
+        record = _record(claim, spec, "retrying", None, error, attempt, started, retry_at=retry_at)
+        if not _write(workpool.retry_branch, claim, record, retry_at=retry_at, then=then()):
+            return "lost"
+        signals.send(signals.step_failed, claim.run.workflow, will_retry=True, **signal_args)
+        return "retrying"
+    record = _record(claim, spec, "failed", None, error, attempt, started)
+    fail_fast = not spec.get("return_exceptions", False)
+    if not _write(workpool.finish_branch, claim, record, failed=True, fail_fast=fail_fast, then=then()):
+        return "lost"
+    signals.send(signals.step_failed, claim.run.workflow, will_retry=False, **signal_args)
+    return "failed"
+
+
+def _write(end, claim, record, **kwargs) -> bool:
+    try:
+        return end(claim, record, **kwargs)
+    except DatabaseError as exc:
+        raise DatabaseUnavailable(str(exc)) from exc
+
+
+def _record(claim, spec, status, result, error, attempt, started=None, deadline=None, retry_at=None):
+    return workpool.StepRecord(
+        key=claim.step_key, seq=spec.get("seq", 0), kind="step", name=claim.function.replace(":", "."),
+        status=status, result=result, error=error, attempts=attempt, started_at=started,
+        finished_at=None if status == "running" else claim.db_now(), deadline_at=deadline, retry_at=retry_at,
+    )
+
+
+def _error(exc: BaseException) -> str:
+    return serialization.dumps_error(exc, "".join(traceback.format_exception(exc)))

@@ -1,0 +1,255 @@
+"""Composition: parallel branches run by any worker, child workflows, and compensation (sagas)."""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import sys
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import registry, serialization
+from ..exceptions import ChildFailed, StepFailed
+from ..interrupts import CompensationFailed, Suspend
+from ..retry import RetryPolicy
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a running step may know about itself (``durable.current_step()``)."""
+
+    run_id: uuid.UUID
+    workflow: str
+    key: str
+    attempt: int
+
+
+_current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("durable_step", default=None)
+
+
+def get_current_step() -> StepInfo | None:
+    """Return the StepInfo of the step running now in this thread, or None outside a step."""
+    return _current.get()
+
+
+@contextmanager
+def current_step(run_id, workflow: str, key: str, attempt: int):
+    token = _current.set(StepInfo(run_id, workflow, key, attempt))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One branch of ctx.parallel(): made by ctx.call(), run by whichever worker claims it."""
+
+    key: str
+    fn: Callable
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+
+
+class ChildHandle:
+    """A child run started with ctx.start_child(); result() waits for it inside the workflow."""
+
+    def __init__(self, context, key: str, run_id: uuid.UUID):
+        self._context = context
+        self.key = key
+        self.run_id = run_id
+
+    def result(self) -> Any:
+        """Return the child's result, waiting (durably) for it; raise ChildFailed if it did not complete."""
+        return self._context._child_result(self.key, self.run_id)
+
+    def __repr__(self) -> str:
+        return f"<ChildHandle {self.key!r} run={self.run_id}>"
+
+
+class Composition:
+    """The composing half of Context."""
+
+    # -- parallel branches ------------------------------------------------------------------
+
+    def call(self, key: str, fn: Callable, /, *args: Any, retry: RetryPolicy | None = None,
+             timeout: float | dt.timedelta | None = None, **kwargs: Any) -> Call:
+        """Describe one branch for ctx.parallel(); nothing runs yet."""
+        from .context import _timeout_seconds
+
+        return Call(key, fn, args, kwargs, retry, _timeout_seconds(timeout))
+
+    def map(self, key: str, fn: Callable, items: Iterable, *, retry: RetryPolicy | None = None,
+            timeout: float | dt.timedelta | None = None, return_exceptions: bool = False) -> list:
+        """Run `fn(item)` for every item as parallel branches (keys ``<key>:<index>``); return the results in order."""
+        calls = [self.call(f"{key}:{index}", fn, item, retry=retry, timeout=timeout) for index, item in enumerate(items)]
+        return self.parallel(calls, key=key, return_exceptions=return_exceptions)
+
+    def parallel(self, calls: list[Call], *, key: str | None = None, return_exceptions: bool = False) -> list:
+        """Run the calls as branches that any worker may take; return their results in order.
+
+        The run waits without holding a worker and is advanced once, when every branch has
+        finished. Each branch has its own retries and timeout. The first branch that fails for
+        good raises StepFailed here and the branches not started yet are cancelled; with
+        `return_exceptions`, failures are returned in the list (as StepFailed) instead.
+        """
+        if not calls:
+            return []
+        group = key or self._auto_key("parallel", "")
+        self._claim_key(group)
+        for item in calls:
+            if not isinstance(item, Call):
+                raise TypeError(f"ctx.parallel() takes calls made by ctx.call(), not {item!r}.")
+            self._claim_key(item.key)
+        entry = self._journal.get(group)
+        if entry is not None:
+            self._check_same(group, entry, "parallel", "")
+        else:
+            self._session.before_step(group)
+            entry = self._record(group, "", "waiting", None, None, self._session.now(), 1, kind="parallel",
+                                 remaining=len(calls))
+            items = [
+                (c.key, group, _importable_name(c.fn), self._branch_input(c, entry.seq + 1 + index, return_exceptions))
+                for index, c in enumerate(calls)
+            ]
+            self._next_seq = max(self._next_seq, entry.seq + len(calls) + 1)  # the branches' seqs
+            raise Suspend(f"parallel {group!r}: 0 of {len(calls)} branches done", items=items)
+        self._next_seq = max(self._next_seq, entry.seq + len(calls) + 1)
+        branches = [self._journal.get(c.key) for c in calls]
+        finished = [b for b in branches if b is not None and b.status in ("completed", "failed")]
+        failures = [b for b in finished if b.status == "failed"]
+        if failures and not return_exceptions:
+            first = failures[0]
+            if entry.status != "failed":
+                self._record(group, "", "failed", None, first.error, self._session.now(), 1, kind="parallel")
+            raise StepFailed(first.key, serialization.decode(first.error), attempts=first.attempts)
+        if len(finished) < len(calls):
+            raise Suspend(f"parallel {group!r}: {len(finished)} of {len(calls)} branches done")
+        if entry.status != "completed":
+            self._record(group, "", "completed", None, None, self._session.now(), 1, kind="parallel",
+                         derivable=True)
+        return [
+            serialization.decode(b.result) if b.status == "completed"
+            else StepFailed(b.key, serialization.decode(b.error), attempts=b.attempts)
+            for b in branches
+        ]
+
+    def _branch_input(self, call: Call, seq: int, return_exceptions: bool) -> str:
+        policy = call.retry or self._retry
+        return serialization.encode(
+            {
+                "seq": seq,
+                "args": list(call.args),
+                "kwargs": call.kwargs,
+                "retry": {
+                    "max_attempts": policy.max_attempts,
+                    "initial_backoff": policy.initial_backoff,
+                    "backoff_coefficient": policy.backoff_coefficient,
+                    "max_backoff": policy.max_backoff,
+                    "jitter": policy.jitter,
+                    "non_retryable": [_importable_name(t) for t in policy.non_retryable],
+                },
+                "timeout": call.timeout,
+                "return_exceptions": return_exceptions,
+            },
+            what=f"arguments of branch {call.key!r}",
+        )
+
+    # -- child workflows ----------------------------------------------------------------------
+
+    def start_child(self, key: str, workflow: str | Callable, /, *args: Any, **kwargs: Any) -> ChildHandle:
+        """Start `workflow` as a child run, once for this key; return a handle to wait on it (or not).
+
+        The child's id is derived from this run's id and `key`, so a replay never starts it twice.
+        Cancelling this run cancels its unfinished children.
+        """
+        self._claim_key(key)
+        definition = registry.get(workflow)
+        child_id = uuid.uuid5(self.run_id, key)
+        entry = self._journal.get(key)
+        if entry is not None:
+            self._check_same(key, entry, "child", definition.name)
+        else:
+            self._session.before_step(key)  # earlier checkpoints first: the child is an effect
+            self._session.start_child(child_id, definition, args, kwargs)
+            self._record(key, definition.name, "waiting", serialization.encode(str(child_id)), None,
+                         self._session.now(), 1, kind="child")
+        return ChildHandle(self, key, child_id)
+
+    def child(self, key: str, workflow: str | Callable, /, *args: Any, **kwargs: Any) -> Any:
+        """Start `workflow` as a child run and return its result; raise ChildFailed if it did not complete."""
+        return self.start_child(key, workflow, *args, **kwargs).result()
+
+    def _child_result(self, key: str, child_id: uuid.UUID) -> Any:
+        entry = self._journal[key]
+        if entry.status in ("completed", "failed"):
+            if entry.status == "failed":
+                raise ChildFailed(child_id, serialization.decode(entry.error))
+            return serialization.decode(entry.result)
+        finished = self._session.finished_child(child_id)
+        if finished is None:
+            raise Suspend(f"child workflow {key!r} ({child_id})")
+        status, result, error = finished
+        now = self._session.now()
+        if status == "completed":
+            self._record(key, entry.name, "completed", result, None, now, 1, kind="child")
+            return serialization.decode(result)
+        error = error or serialization.dumps_error(ChildFailed(child_id, {"message": f"it ended {status}"}))
+        failure = dict(serialization.decode(error), status=status)
+        error = serialization.encode(failure)
+        self._record(key, entry.name, "failed", None, error, now, 1, kind="child")
+        raise ChildFailed(child_id, failure)
+
+    # -- compensation -------------------------------------------------------------------------
+
+    def rollback(self) -> None:
+        """Run the compensations of the completed steps, newest first, each as a durable step.
+
+        Each compensation is called with its step's result, retried like any step, and recorded
+        (keys ``rollback:<step key>``), so a crash resumes the rollback where it stopped. If one
+        fails for good the run ends ``compensation_failed``. Then return to the workflow.
+        """
+        self._session.rolling_back = True
+        try:
+            while self._compensations:
+                key, undo, result = self._compensations[-1]
+                try:
+                    self._step(f"rollback:{key}", undo, (result,), {}, atomic=False, retry=None, timeout=None,
+                               kind="rollback")
+                except StepFailed as failure:
+                    raise CompensationFailed(failure) from failure
+                self._compensations.pop()
+        finally:
+            self._session.rolling_back = False
+
+
+def _importable_name(obj) -> str:
+    """Return module.qualname for a function a worker can find again; raise ValueError otherwise."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    found = resolve(f"{module}:{qualname}") if module and "<" not in qualname else None
+    if found is not obj:
+        raise ValueError(
+            f"{obj!r} cannot run as a parallel branch: use a function defined at module level "
+            f"(not a lambda, a nested function or a bound method), so that any worker can find it."
+        )
+    return f"{module}:{qualname}"
+
+
+def resolve(name: str):
+    """Return the object named module.qualname (or module:qualname) among the modules already loaded.
+
+    Nothing is imported: a branch can only name code that the worker loaded with its workflows.
+    """
+    module_name, _, qualname = name.partition(":") if ":" in name else name.rpartition(".")
+    module = sys.modules.get(module_name)
+    obj = module
+    for part in qualname.split(".") if module is not None else ():
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj if module is not None else None

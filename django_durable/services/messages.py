@@ -1,0 +1,84 @@
+"""Signals and events: messages from outside that waiting runs take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from .. import conf, serialization, workpool
+from ..exceptions import RunFinished
+from ..models import SignalMessage, Step, WorkflowRun
+from .runs import _run_pk
+from .locks import lock_run
+
+
+def _check_name(name, what: str) -> None:
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {str(name)[:80]!r}.")
+
+
+def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | None = None) -> SignalMessage:
+    """Send the signal `name` with `payload` to a run; return the stored SignalMessage.
+
+    The run takes it with ``ctx.wait_for_signal(name)``, now or later: signals wait in FIFO
+    order. With an `idempotency_key`, sending again returns the first message and stores
+    nothing. Raise WorkflowNotFound for an unknown run, RunFinished for a finished one (nothing
+    is stored then), NotSerializable or PayloadTooLarge for a payload that cannot be stored.
+    """
+    _check_name(name, "signal")
+    text = serialization.encode(payload, what="signal payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+    pk = _run_pk(run_id)
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        run = lock_run(pk, db)
+        if run.status in WorkflowRun.TERMINAL:
+            raise RunFinished(pk, run.status)
+        message = SignalMessage(run_id=pk, name=name, payload=text, idempotency_key=idempotency_key)
+        if idempotency_key is None:
+            message.save(using=db)
+        else:
+            SignalMessage.objects.using(db).bulk_create([message], ignore_conflicts=True)
+            message = SignalMessage.objects.using(db).get(run_id=pk, idempotency_key=idempotency_key)
+        workpool.wake([pk], db=db)
+    return message
+
+
+def emit_event(name: str, payload: Any = None) -> int:
+    """Deliver the event `name` to every run now waiting for it whose match fits; return how many.
+
+    A wait matches when each of its `match` fields (a dotted path into the payload) equals the
+    payload's value. Runs that are not waiting yet never see this event.
+    """
+    _check_name(name, "event")
+    text = serialization.encode(payload, what="event payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+    value = serialization.decode(text)  # compare as the waiting run would see it
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        waits = (
+            Step.objects.using(db)
+            .filter(kind=Step.Kind.EVENT, status=Step.Status.WAITING, name=name)
+            .exclude(run__status__in=WorkflowRun.TERMINAL)
+            .values_list("run_id", "key", "match")
+        )
+        targets = [(run_id, key) for run_id, key, match in waits if _matches(serialization.decode(match) or {}, value)]
+        SignalMessage.objects.using(db).bulk_create(
+            SignalMessage(run_id=run_id, kind=SignalMessage.Kind.EVENT, name=name, payload=text, target_key=key)
+            for run_id, key in targets
+        )
+        if targets:
+            workpool.wake([run_id for run_id, _ in targets], db=db)
+    return len(targets)
+
+
+def _matches(match: dict, payload: Any) -> bool:
+    missing = object()
+    for path, expected in match.items():
+        value = payload
+        for part in path.split("."):
+            value = value.get(part, missing) if isinstance(value, dict) else missing
+        if value is missing or value != expected:
+            return False
+    return True
+
+

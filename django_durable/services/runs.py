@@ -1,0 +1,164 @@
+"""Starting runs and waiting for them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+
+from .. import clock, conf, registry, serialization, workpool
+from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
+from ..models import Timer, WorkflowRun, WorkItem
+
+
+def start(
+    workflow: str | Callable,
+    /,
+    *args: Any,
+    idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    **kwargs: Any,
+) -> WorkflowRun:
+    """Create a run of `workflow` with these arguments and return it (a WorkflowRun).
+
+    Inside the caller's ``transaction.atomic()`` the run commits or rolls back with the
+    caller. With an `idempotency_key`, a second start of the same workflow with the same key
+    returns the first run instead of creating another (decided by a unique constraint).
+    Raise WorkflowNotFound for an unregistered workflow, NotSerializable or PayloadTooLarge
+    for arguments that cannot be stored; nothing is written then.
+    """
+    definition = registry.get(workflow)
+    return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
+                      priority=priority)
+
+
+def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
+               run_id=None, parent_id=None) -> WorkflowRun:
+    """Validate and store a run of `definition` with its work item (and deadline); return it.
+
+    A run with a given `run_id` that exists already is returned as it is: a child's id is
+    derived from its parent, so starting it again changes nothing.
+    """
+    text = serialization.encode(
+        {"args": list(args), "kwargs": kwargs}, what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
+    )
+    queue_name = _check_queue(queue or definition.queue)
+    priority = definition.priority if priority is None else _check_priority(priority)
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
+        raise ValueError(f"idempotency_key must be a string of 1 to 255 characters, not {idempotency_key!r}.")
+    db = conf.get("DATABASE")
+    run = WorkflowRun(
+        workflow=definition.name,
+        input=text,
+        queue=queue_name,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        max_attempts=definition.max_attempts,
+        parent_id=parent_id,
+    )
+    if run_id is not None:
+        run.id = run_id
+    with transaction.atomic(using=db):
+        if idempotency_key is None and run_id is None:
+            run.save(force_insert=True, using=db)
+        else:
+            # ON CONFLICT DO NOTHING: of two concurrent starts with one key (or id), the second
+            # waits for the first to commit and then inserts nothing; both read back one row.
+            WorkflowRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
+            if run_id is not None:
+                existing = WorkflowRun.objects.using(db).get(pk=run_id)
+                if WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).exists():
+                    return existing  # created before, with its work item, in one transaction
+            else:
+                existing = WorkflowRun.objects.using(db).get(workflow=definition.name, idempotency_key=idempotency_key)
+                if existing.pk != run.pk:
+                    return existing
+            run = existing
+        WorkItem.objects.using(db).create(
+            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority,
+            available_at=clock.db_now(),
+        )
+        if definition.timeout is not None:
+            _set_deadline(run, definition.timeout, db)
+        workpool.notify(db)
+    return run
+
+
+def _set_deadline(run: WorkflowRun, timeout, db: str) -> None:
+    """The run ends timed_out at creation + timeout: a timer wakes it then, wherever it waits."""
+    deadline = ExpressionWrapper(clock.db_now() + Value(timeout), output_field=DateTimeField())
+    WorkflowRun.objects.using(db).filter(pk=run.pk).update(deadline_at=deadline)
+    run.refresh_from_db(fields=["deadline_at"])
+    Timer.objects.using(db).create(kind=Timer.Kind.DEADLINE, run=run, fire_at=run.deadline_at)
+
+
+def _check_queue(name: Any) -> str:
+    if not isinstance(name, str) or not 0 < len(name) <= 100:
+        raise ValueError(f"A queue name must be a string of 1 to 100 characters, not {name!r}.")
+    return name
+
+
+def _check_priority(priority: Any) -> int:
+    if type(priority) is not int or not -(2**31) <= priority < 2**31:
+        raise ValueError(f"priority must be an integer (higher runs first), not {priority!r}.")
+    return priority
+
+
+def get_run(run_id) -> WorkflowRun:
+    """Return the run with this id; raise WorkflowNotFound (without a query for a non-UUID)."""
+    pk = _run_pk(run_id)
+    try:
+        return WorkflowRun.objects.using(conf.get("DATABASE")).get(pk=pk)
+    except WorkflowRun.DoesNotExist:
+        raise WorkflowNotFound(f"No workflow run has the id {str(run_id)[:80]!r}.") from None
+
+
+def wait(run_id, timeout: float | None = None) -> Any:
+    """Return the result of the run once it completes.
+
+    Raise WorkflowFailed if it ends failed or cancelled, WaitTimeout if `timeout` seconds pass
+    first (the run goes on), WorkflowNotFound for an unknown id. Polls with a short, growing
+    interval; call it outside transactions, since a run started in an open transaction is
+    invisible to workers until that transaction commits.
+    """
+    db = conf.get("DATABASE")
+    if connections[db].in_atomic_block:
+        raise RuntimeError(
+            "durable.wait() was called inside transaction.atomic(): a run started in this "
+            "transaction is invisible to workers until it commits, so the wait could never end. "
+            "Wait after the transaction commits (transaction.on_commit) or outside it."
+        )
+    run = get_run(run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        if run.status == WorkflowRun.Status.COMPLETED:
+            return run.get_result()
+        if run.status in WorkflowRun.TERMINAL:
+            raise WorkflowFailed(run.pk, run.status, run.get_error())
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitTimeout(f"Workflow run {run.pk} did not finish within {timeout} seconds; it is {run.status}.")
+        pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+        time.sleep(pause)
+        delay = min(delay * 1.5, 0.5)
+        run.refresh_from_db(fields=["status", "result", "error"])
+
+
+def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+    """Start a run (as start()) and return its result (as wait())."""
+    run = start(workflow, *args, **kwargs)
+    return wait(run.pk, timeout=timeout)
+
+
+def _run_pk(run_id) -> uuid.UUID:
+    try:
+        return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        raise WorkflowNotFound(f"No workflow run has the id {str(run_id)[:80]!r}.") from None
+
+
