@@ -13,10 +13,14 @@
 
 from importlib import import_module
 
+from .engine.composition import Call, ChildHandle, StepInfo
+from .engine.composition import get_current_step as current_step
 from .engine.context import Context
 from .exceptions import (
     Cancelled,
+    ChildFailed,
     DurableError,
+    InvalidTransition,
     NonDeterminismError,
     NonRetryableError,
     NotSerializable,
@@ -35,9 +39,13 @@ from .registry import workflow
 from .retry import RetryPolicy
 
 __all__ = [
+    "Call",
     "Cancelled",
+    "ChildFailed",
+    "ChildHandle",
     "Context",
     "DurableError",
+    "InvalidTransition",
     "NonDeterminismError",
     "NonRetryableError",
     "NotSerializable",
@@ -47,14 +55,17 @@ __all__ = [
     "RunFinished",
     "SignalTimeout",
     "StepFailed",
+    "StepInfo",
     "StepTimeout",
     "WaitTimeout",
     "WorkflowFailed",
     "WorkflowNotFound",
     "WorkflowTimeout",
     "cancel",
+    "current_step",
     "emit_event",
     "get_run",
+    "retry_rollback",
     "signal",
     "start",
     "start_and_wait",
@@ -66,7 +77,7 @@ __all__ = [
 # importing them lazily lets `import django_durable` work in settings and workflows.py.
 _LAZY = {
     name: "services"
-    for name in ("start", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel")
+    for name in ("start", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback")
 }
 
 

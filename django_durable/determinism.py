@@ -7,7 +7,6 @@ import builtins
 import datetime
 import inspect
 import os
-import random
 import textwrap
 import time
 import uuid

@@ -117,3 +117,7 @@ class ChildFailed(DurableError):
         self.type = error.get("type", "")
         self.message = error.get("message", "")
         super().__init__(f"Child workflow run {run_id} ended {self.status}: {self.type}: {self.message}")
+
+
+class InvalidTransition(DurableError):
+    """The run's status does not allow this operation."""

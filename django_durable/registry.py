@@ -28,6 +28,8 @@ class WorkflowDefinition:
     timeout: dt.timedelta | None = None
     max_attempts: int = 1
     retry: RetryPolicy | None = None
+    compensate_on_failure: bool = False
+    compensate_on_cancel: bool = False
 
     @property
     def qualified_name(self) -> str:
@@ -42,6 +44,8 @@ def workflow(
     timeout: dt.timedelta | float | None = None,
     max_attempts: int = 1,
     retry: RetryPolicy | None = None,
+    compensate_on_failure: bool = False,
+    compensate_on_cancel: bool = False,
 ):
     """Register a function as a workflow and return it unchanged.
 
@@ -50,7 +54,9 @@ def workflow(
 
     `timeout` is an absolute deadline from each run's creation (the run ends ``timed_out``);
     `max_attempts` is how often a run whose function raises is tried again from its last
-    checkpoint; `retry` is the default retry policy of its steps.
+    checkpoint; `retry` is the default retry policy of its steps. With `compensate_on_failure`
+    (`compensate_on_cancel`), a run that fails for good (is cancelled) first runs the
+    compensations of its completed steps, as ctx.rollback() does.
     """
     if callable(name):
         return workflow()(name)
@@ -64,6 +70,8 @@ def workflow(
             timeout=_timedelta(timeout, name or fn.__qualname__),
             max_attempts=max_attempts,
             retry=retry,
+            compensate_on_failure=compensate_on_failure,
+            compensate_on_cancel=compensate_on_cancel,
         )
         register(definition)
         fn.durable_workflow = definition
@@ -126,6 +134,11 @@ def get(name_or_fn: str | Callable) -> WorkflowDefinition:
 
 def names() -> list[str]:
     return sorted(_registry)
+
+
+def find(name: str) -> WorkflowDefinition | None:
+    """The definition registered under `name`, or None."""
+    return _registry.get(name)
 
 
 def sender_of(name: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import traceback
@@ -11,7 +12,15 @@ from django.db import DatabaseError
 
 from .. import conf, faults, registry, retry, serialization, signals, workpool
 from ..exceptions import StepFailed, WorkflowNotFound, WorkflowTimeout
-from ..interrupts import CancelRequested, DatabaseUnavailable, LeaseLost, Preempted, RunTimedOut, Suspend
+from ..interrupts import (
+    CancelRequested,
+    CompensationFailed,
+    DatabaseUnavailable,
+    LeaseLost,
+    Preempted,
+    RunTimedOut,
+    Suspend,
+)
 from ..models import WorkflowRun
 from .alarm import Alarm
 from .context import Context
@@ -79,8 +88,9 @@ class Session:
         """Make the journal durable before a step starts (with its `running` entry, if any).
 
         Raise LeaseLost if the claim may be gone, RunTimedOut past the run's deadline,
-        CancelRequested if someone asked to cancel the run, Preempted if the worker is stopping. The lease is checked against the local monotonic
-        clock, so no new step starts without a live lease at no cost of a round trip.
+        CancelRequested if someone asked to cancel the run, Preempted if the worker is stopping.
+        The lease is checked against the local monotonic clock, so no new step starts without a
+        live lease at no cost of a round trip.
         """
         if self.deadline is not None and self.now() >= self.deadline:
             raise RunTimedOut()
@@ -115,7 +125,7 @@ class Session:
     def flush(self) -> None:
         if all(record.key in self.derivable for record in self.pending):
             return
-        records, self.pending = self.pending, []
+        records, self.pending = _latest(self.pending), []
         try:
             self._before_commit(records)
             workpool.record_steps(self.claim, records)
@@ -131,7 +141,7 @@ class Session:
 
     def take_pending(self) -> list:
         """The buffered entries, to be written with the run's outcome or suspension."""
-        records, self.pending = self.pending, []
+        records, self.pending = _latest(self.pending), []
         self._before_commit(records)
         return records
 
@@ -169,6 +179,17 @@ class Session:
                      error=serialization.decode(error), attempt=attempt, will_retry=will_retry)
 
 
+def _latest(records: list) -> list:
+    """One entry per key, the latest (a wait may be recorded waiting, then done, before a write)."""
+    latest: dict = {}
+    for record in records:
+        earlier = latest.get(record.key)
+        if earlier is not None and earlier.consumes is not None and record.consumes is None:
+            record = dataclasses.replace(record, consumes=earlier.consumes)
+        latest[record.key] = record
+    return list(latest.values())
+
+
 def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False,
             then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
     """Run the workflow of `claim`'s run as far as it can go; return what became of the run.
@@ -183,7 +204,8 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         return "already finished"
     session = Session(claim, run.workflow, should_stop)
     session.then = then
-    if run.cancel_requested:
+    definition = registry.find(run.workflow)
+    if run.cancel_requested and not (definition and definition.compensate_on_cancel):
         return _finish(claim, run, RunStatus.CANCELLED, session=session)
     if session.deadline is not None and session.now() >= session.deadline:
         return _timed_out(claim, run, session)
@@ -226,10 +248,16 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     except RunTimedOut:
         return _timed_out(claim, run, session)
     except CancelRequested:
+        if definition.compensate_on_cancel:
+            return _compensate(claim, run, session, context, RunStatus.CANCELLED)
         return _finish(claim, run, RunStatus.CANCELLED, session=session)
+    except CompensationFailed as failed:
+        return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
     except Exception as exc:
         if run.attempt < run.max_attempts:
             return _retry_run(claim, run, session, exc, definition)
+        if definition.compensate_on_failure:
+            return _compensate(claim, run, session, context, RunStatus.FAILED, _error_text(exc))
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
     try:
         result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
@@ -255,6 +283,28 @@ def _finish(claim, run, status, *, result=None, error=None, session=None) -> str
         signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, status=final,
                      error=serialization.decode(error))
     return final
+
+
+def _compensate(claim, run, session, context, status, error=None) -> str:
+    """Roll the run back (durably, resuming where an earlier advance stopped), then end it `status`."""
+    try:
+        context.rollback()
+    except Suspend as suspend:  # a compensation waits to be retried
+        records = session.take_pending()
+        held = workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
+                                records=records, timers=suspend.timers, then=session.then())
+        if held:
+            session.committed(records)
+        return "waiting" if held else "lost"
+    except CompensationFailed as failed:
+        return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
+    except Preempted:
+        return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
+    except LeaseLost:
+        return "lost"
+    except RunTimedOut:
+        return _timed_out(claim, run, session)
+    return _finish(claim, run, status, error=error, session=session)
 
 
 def _timed_out(claim, run, session) -> str:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from .. import serialization
 from ..exceptions import SignalTimeout
-from ..interrupts import Suspend
+from ..interrupts import CancelRequested, Suspend
 
 
 class Waits:
@@ -99,6 +99,8 @@ class Waits:
             error = serialization.dumps_error(exc)
             self._record(key, name, "failed", None, error, now, 1, kind=kind, deadline=deadline)
             raise exc
+        if self._session.claim.cancel_requested and not self._session.rolling_back:
+            raise CancelRequested()  # a run asked to cancel does not start waiting again
         timers = []
         if entry is None:
             self._record(key, name, "waiting", None, None, now, 1, kind=kind, deadline=deadline, match=match)

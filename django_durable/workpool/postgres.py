@@ -96,7 +96,7 @@ def _pick(queues, db) -> tuple[str, list]:
     return _pick_cache[key]
 
 
-def _claim_parts(*, worker, queues, db, token, lease) -> tuple[str, str, list]:
+def _claim_parts(*, worker, queues, db, token, lease, exclude=()) -> tuple[str, str, list]:
     """The CTEs that claim the next ready item and mark its run, and the SELECT that reads them.
 
     They stand alone (a claim) or follow the CTEs that end a previous advance, so that one
@@ -104,6 +104,10 @@ def _claim_parts(*, worker, queues, db, token, lease) -> tuple[str, str, list]:
     """
     now = clock.now_sql("postgresql")
     pick_sql, pick_params = _pick(queues, db)
+    # After CTEs that end an item, the pick sees the rows as they were before the statement; a
+    # row may not be changed twice in one statement, so the claim leaves alone the items of the
+    # runs those CTEs touch (which are then claimed by a statement of their own).
+    chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
     ctes = f"""
         picked AS ({pick_sql}),
         claimed AS (
@@ -111,7 +115,7 @@ def _claim_parts(*, worker, queues, db, token, lease) -> tuple[str, str, list]:
             SET status = 'processing', claim_token = %s, claimed_by = %s,
                 claim_expires_at = {now} + make_interval(secs => %s),
                 attempts = w.attempts + 1, wake = false
-            FROM picked WHERE w.id = picked.id
+            FROM picked WHERE w.id = picked.id {chain_guard}
             RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group
         ),
         run AS (
@@ -302,7 +306,9 @@ def finish_run(claim, *, status, result, error, records, then=None):
         )"""
     params.extend([status, result, error])
     outcomes = ["(SELECT status FROM done)", "(SELECT pg_notify('durable_work', '') FROM parent LIMIT 1)"]
-    fenced, final, next_row = _with_claim(claim.db, sql, params, outcomes, then)
+    touched = ("w.run_id = (SELECT run_id FROM fence)",  # its branches, cancelled above
+               "w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance'")  # its parent, woken
+    fenced, final, next_row = _with_claim(claim.db, sql, params, outcomes, then, exclude=touched)
     return ((final or status) if fenced == 1 else None), next_row
 
 
@@ -324,16 +330,18 @@ def release(claim, *, run_status, waiting_on, requeue, records, timers, items, n
     return fenced == 1, next_row
 
 
-def _with_claim(db, sql, params, outcomes: list[str], then) -> tuple[int, object, tuple | None]:
+def _with_claim(db, sql, params, outcomes: list[str], then, exclude=()) -> tuple[int, object, tuple | None]:
     """Run the CTEs in `sql`, then (with `then`) claim the next item in the same statement.
 
     Return the fence's count, the first of `outcomes`, and the next claim's row (or None).
+    `exclude`: SQL conditions on the claimed item `w` for the items the CTEs change, which
+    the claim must not take.
     """
     selected = ", ".join(["(SELECT count(*) FROM fence)", *outcomes])
     if then is None:
         row = _execute(db, f"{sql} SELECT {selected}", params)[0]
         return row[0], row[1], None
-    ctes, select, claim_params = _claim_parts(**then)
+    ctes, select, claim_params = _claim_parts(**then, exclude=exclude)
     row = _execute(
         db,
         f"{sql}, {ctes} SELECT {selected}, nxt.* FROM (SELECT 1) AS one LEFT JOIN ({select}) AS nxt ON true",
@@ -374,7 +382,10 @@ def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
         )"""
     params.extend([group, failed and fail_fast, group, failed and fail_fast])
     outcomes = ["(SELECT pg_notify('durable_work', '') FROM woke LIMIT 1)"]
-    fenced, _, next_row = _with_claim(claim.db, sql, params, outcomes, then)
+    touched = ["w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance'"]  # the run, woken
+    if failed and fail_fast:
+        touched.append("w.run_id = (SELECT run_id FROM fence)")  # its branches, cancelled
+    fenced, _, next_row = _with_claim(claim.db, sql, params, outcomes, then, exclude=touched)
     return fenced == 1, next_row
 
 

@@ -205,3 +205,140 @@ def cancellable(ctx, reached):
     ctx.step("long", mark_and_sleep, ctx.run_id, "long", 3)
     ctx.step("never", mark, ctx.run_id, "never")
     return "completed"
+
+
+# -- composition -----------------------------------------------------------------------------------
+
+
+def square(run_id, x):
+    ledger.record(run_id, f"square:{x}")
+    return {"x": x, "square": x * x, "pid": os.getpid()}
+
+
+def fail_on(run_id, x, bad):
+    ledger.record(run_id, f"item:{x}")
+    if x == bad:
+        raise durable.NonRetryableError(f"item {x} is bad")
+    return x
+
+
+def square_item(item):
+    run_id, x = item
+    return square(run_id, x)
+
+
+@durable.workflow("tests.squares")
+def squares(ctx, n):
+    return ctx.parallel([ctx.call(f"sq:{i}", square, ctx.run_id, i) for i in range(n)], key="sq")
+
+
+@durable.workflow("tests.map_squares")
+def map_squares(ctx, n):
+    return [r["square"] for r in ctx.map("m", square_item, [(ctx.run_id, i) for i in range(n)])]
+
+
+@durable.workflow("tests.fail_fast")
+def fail_fast(ctx, n, bad, collect=False):
+    results = ctx.parallel([ctx.call(f"item:{i}", fail_on, ctx.run_id, i, bad) for i in range(n)],
+                           key="items", return_exceptions=collect)
+    if collect:
+        return [r if not isinstance(r, durable.StepFailed) else f"failed: {r.message}" for r in results]
+    return results
+
+
+def charge(run_id, amount):
+    ledger.record(run_id, "charge")
+    return {"charge_id": f"ch_{amount}"}
+
+
+def refund(run_id, charge):
+    ledger.record(run_id, "refund")
+    return {"refunded": charge["charge_id"]}
+
+
+def reserve(run_id, sku):
+    ledger.record(run_id, "reserve")
+    return {"reservation": sku}
+
+
+def release(run_id, reservation, fail_times=0, block=None):
+    ledger.record(run_id, "release")
+    if block and ledger.count(run_id, "release") == 1:
+        open(block + ".reached", "a").close()
+        while not os.path.exists(block):
+            time.sleep(0.02)
+    if ledger.count(run_id, "release") <= fail_times:
+        raise durable.NonRetryableError("the warehouse is down")
+    return {"released": reservation["reservation"]}
+
+
+def ship(run_id):
+    ledger.record(run_id, "ship")
+    raise durable.NonRetryableError("no courier")
+
+
+@durable.workflow("tests.saga")
+def saga(ctx, release_fails=0, block=None, automatic=False):
+    charged = ctx.step("charge", charge, ctx.run_id, 10, compensate=lambda c: refund(ctx.run_id, c))
+    ctx.step("reserve", reserve, ctx.run_id, "sku-1",
+             compensate=lambda r: release(ctx.run_id, r, release_fails, block))
+    if automatic:
+        ctx.step("ship", ship, ctx.run_id)
+    try:
+        ctx.step("ship", ship, ctx.run_id)
+    except durable.StepFailed:
+        ctx.rollback()
+        return {"rolled_back": True, "charge": charged}
+    return {"rolled_back": False}
+
+
+@durable.workflow("tests.saga_auto", compensate_on_failure=True)
+def saga_auto(ctx, release_fails=0, block=None):
+    return saga(ctx, release_fails, block, automatic=True)
+
+
+@durable.workflow("tests.saga_on_cancel", compensate_on_cancel=True)
+def saga_on_cancel(ctx):
+    ctx.step("charge", charge, ctx.run_id, 5, compensate=lambda c: refund(ctx.run_id, c))
+    ctx.wait_for_signal("never")
+
+
+@durable.workflow("tests.child_adder")
+def child_adder(ctx, a, b):
+    return ctx.step("add", mark, ctx.run_id, "add", a + b)
+
+
+@durable.workflow("tests.child_breaker")
+def child_breaker(ctx):
+    ctx.step("break", ship, ctx.run_id)
+
+
+@durable.workflow("tests.parent")
+def parent(ctx):
+    total = ctx.child("sum", "tests.child_adder", 2, 3)
+    later = ctx.start_child("later", child_adder, 10, 20)
+    try:
+        ctx.child("broken", "tests.child_breaker")
+    except durable.ChildFailed as failure:
+        caught = failure.message
+    return {"sum": total, "later": later.result(), "caught": caught}
+
+
+@durable.workflow("tests.recursive")
+def recursive(ctx, index=0):
+    ctx.sleep("nap", 0.001)
+    if index >= 9:
+        return {"count": 1}
+    return {"count": 1 + ctx.child("next", recursive, index + 1)["count"]}
+
+
+@durable.workflow("tests.waiting_parent")
+def waiting_parent(ctx):
+    ctx.start_child("a", "tests.approval")
+    ctx.start_child("b", "tests.sleeper", 3600)
+    return ctx.wait_for_signal("never")
+
+
+@durable.workflow("tests.map_pids")
+def map_pids(ctx, n):
+    return [r["pid"] for r in ctx.map("m", square_item, [(ctx.run_id, i) for i in range(n)])]

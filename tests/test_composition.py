@@ -1,0 +1,236 @@
+"""Parallel branches, child workflows and compensation, in-process."""
+
+import pytest
+
+import django_durable as durable
+from django_durable.models import Step, WorkflowRun, WorkItem
+from django_durable.testing import clock, drain
+from tests.conftest import ledger_counts
+from tests.testapp import ledger
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_of(run):
+    return WorkflowRun.objects.get(pk=run.pk)
+
+
+# -- parallel branches --------------------------------------------------------------------------
+
+
+def test_parallel_branches_run_as_work_items_and_return_in_order():
+    run = durable.start("tests.squares", 6)
+    drain()
+    run = run_of(run)
+    assert [r["square"] for r in run.get_result()] == [0, 1, 4, 9, 16, 25]
+    assert ledger_counts(run.pk) == {f"square:{i}": 1 for i in range(6)}
+    items = WorkItem.objects.filter(run=run, kind="step")
+    assert sorted(items.values_list("step_key", flat=True)) == sorted(f"sq:{i}" for i in range(6))
+    assert set(items.values_list("status", flat=True)) == {"completed"}
+    group = Step.objects.get(run=run, key="sq")
+    assert (group.kind, group.status, group.remaining) == ("parallel", "completed", 0)
+
+
+def test_map_applies_a_function_to_each_item():
+    run = durable.start("tests.map_squares", 5)
+    drain()
+    assert run_of(run).get_result() == [0, 1, 4, 9, 16]
+
+
+def test_the_run_waits_without_a_worker_and_is_advanced_once_when_the_group_is_done():
+    run = durable.start("tests.squares", 4)
+    from django_durable import workpool
+    from django_durable.engine.branches import run_branch
+    from django_durable.engine.replay import advance
+
+    advance(workpool.claim(worker="w", queues=None, db="default"))  # spawns the branches
+    run = run_of(run)
+    assert run.status == "waiting" and run.waiting_on == "parallel 'sq': 0 of 4 branches done"
+    advance_item = WorkItem.objects.get(run=run, kind="advance")
+    for _ in range(3):
+        run_branch(workpool.claim(worker="w", queues=None, db="default"))
+        assert WorkItem.objects.get(pk=advance_item.pk).status == "completed"  # not woken yet
+    run_branch(workpool.claim(worker="w", queues=None, db="default"))
+    assert WorkItem.objects.get(pk=advance_item.pk).status == "pending"  # the last branch woke it
+    drain()
+    assert run_of(run).status == "completed"
+
+
+def test_a_branch_that_fails_for_good_fails_fast_and_cancels_the_rest():
+    run = durable.start("tests.fail_fast", 5, 0)  # the first branch is the bad one
+    drain()
+    run = run_of(run)
+    assert run.status == "failed"
+    error = run.get_error()
+    assert error["type"] == "django_durable.exceptions.StepFailed" and "item 0 is bad" in error["message"]
+    assert ledger_counts(run.pk) == {"item:0": 1}  # no other branch started after the failure
+    statuses = dict(WorkItem.objects.filter(run=run, kind="step").values_list("step_key", "status"))
+    assert statuses == {"item:0": "completed", **{f"item:{i}": "cancelled" for i in range(1, 5)}}
+
+
+def test_return_exceptions_collects_failures_with_the_results():
+    run = durable.start("tests.fail_fast", 4, 2, collect=True)
+    drain()
+    assert run_of(run).get_result() == [0, 1, "failed: item 2 is bad", 3]
+
+
+flaky_calls = {}
+
+
+def flaky_branch(run_id, key):
+    flaky_calls[key] = flaky_calls.get(key, 0) + 1
+    if flaky_calls[key] == 1:
+        raise ConnectionError("first attempt fails")
+    return durable.current_step().attempt
+
+
+@durable.workflow("tests.composition.retried_branch")
+def retried_branch(ctx):
+    return ctx.parallel([ctx.call("b", flaky_branch, ctx.run_id, "b",
+                                  retry=durable.RetryPolicy(max_attempts=2, initial_backoff=0))])
+
+
+def test_a_branch_is_retried_under_its_own_policy():
+    run = durable.start(retried_branch)
+    drain()
+    assert run_of(run).get_result() == [2]
+    assert Step.objects.get(run=run, key="b").attempts == 2
+
+
+@durable.workflow("tests.composition.lambda_branch")
+def lambda_branch(ctx):
+    return ctx.parallel([ctx.call("x", lambda: 1)])
+
+
+def test_a_branch_must_be_a_module_level_function():
+    run = durable.start(lambda_branch)
+    drain()
+    assert "cannot run as a parallel branch" in run_of(run).get_error()["message"]
+
+
+def test_an_empty_parallel_returns_at_once():
+    @durable.workflow("tests.composition.empty")
+    def empty(ctx):
+        return ctx.map("none", print, [])
+
+    run = durable.start(empty)
+    drain()
+    assert run_of(run).get_result() == []
+
+
+# -- child workflows ------------------------------------------------------------------------------
+
+
+def test_child_results_failures_and_handles():
+    run = durable.start("tests.parent")
+    drain()
+    run = run_of(run)
+    assert run.status == "completed", run.error
+    result = run.get_result()
+    assert result["sum"] == 5 and result["later"] == 30
+    assert "no courier" in result["caught"]
+    children = WorkflowRun.objects.filter(parent=run)
+    assert sorted(children.values_list("workflow", "status")) == [
+        ("tests.child_adder", "completed"), ("tests.child_adder", "completed"), ("tests.child_breaker", "failed")
+    ]
+    import uuid
+
+    assert {c.pk for c in children} == {uuid.uuid5(run.pk, key) for key in ("sum", "later", "broken")}
+
+
+def test_a_replay_never_starts_a_child_twice():
+    run = durable.start("tests.parent")
+    drain()
+    child_ids = set(WorkflowRun.objects.filter(parent=run).values_list("pk", flat=True))
+    Step.objects.filter(run=run, key="later").delete()  # as if the parent crashed before recording it
+    WorkflowRun.objects.filter(pk=run.pk).update(status="pending", result=None)
+    WorkItem.objects.filter(run=run, kind="advance").update(status="pending")
+    drain()
+    assert set(WorkflowRun.objects.filter(parent=run).values_list("pk", flat=True)) == child_ids
+    assert run_of(run).get_result()["later"] == 30
+
+
+def test_a_workflow_may_start_itself_recursively():
+    with clock() as test_clock:
+        run = durable.start("tests.recursive")
+        for _ in range(40):
+            drain()
+            if run_of(run).status == "completed":
+                break
+            test_clock.advance(seconds=1)
+    assert run_of(run).get_result() == {"count": 10}
+    assert WorkflowRun.objects.count() == 10
+
+
+def test_cancelling_a_parent_cancels_its_children():
+    run = durable.start("tests.waiting_parent")
+    drain()
+    children = WorkflowRun.objects.filter(parent=run)
+    assert sorted(children.values_list("status", flat=True)) == ["waiting", "waiting"]
+    durable.cancel(run.pk)
+    assert set(children.values_list("status", flat=True)) == {"cancelled"}
+    assert run_of(run).status == "cancelled"
+
+
+# -- compensation ------------------------------------------------------------------------------
+
+
+def test_rollback_runs_the_compensations_in_reverse_order_once_each():
+    run = durable.start("tests.saga")
+    drain()
+    run = run_of(run)
+    assert run.get_result() == {"rolled_back": True, "charge": {"charge_id": "ch_10"}}
+    entries = [line[1] for line in ledger.entries() if line[0] == str(run.pk)]
+    assert entries == ["charge", "reserve", "ship", "release", "refund"]
+    rollback = list(Step.objects.filter(run=run, kind="rollback").order_by("seq").values_list("key", flat=True))
+    assert rollback == ["rollback:reserve", "rollback:charge"]
+
+
+def test_compensate_on_failure_rolls_back_then_ends_failed():
+    run = durable.start("tests.saga_auto")
+    drain()
+    run = run_of(run)
+    assert run.status == "failed"
+    assert "no courier" in run.get_error()["message"]
+    entries = [line[1] for line in ledger.entries() if line[0] == str(run.pk)]
+    assert entries == ["charge", "reserve", "ship", "release", "refund"]
+
+
+def test_a_failing_compensation_leaves_compensation_failed_and_retry_rollback_finishes_it():
+    run = durable.start("tests.saga_auto", release_fails=1)
+    drain()
+    run = run_of(run)
+    assert run.status == "compensation_failed"
+    assert "the warehouse is down" in run.get_error()["message"]
+    assert ledger_counts(run.pk) == {"charge": 1, "reserve": 1, "ship": 1, "release": 1}  # refund not yet
+    durable.retry_rollback(run.pk)
+    drain()
+    run = run_of(run)
+    assert run.status == "failed"
+    assert ledger_counts(run.pk) == {"charge": 1, "reserve": 1, "ship": 1, "release": 2, "refund": 1}
+    with pytest.raises(durable.InvalidTransition, match="not compensation_failed"):
+        durable.retry_rollback(run.pk)
+
+
+def test_compensate_on_cancel_rolls_back_then_ends_cancelled():
+    run = durable.start("tests.saga_on_cancel")
+    drain()
+    assert run_of(run).status == "waiting"
+    durable.cancel(run.pk, reason="customer changed their mind")
+    assert run_of(run).status == "waiting"  # a worker must run the compensations first
+    drain()
+    run = run_of(run)
+    assert run.status == "cancelled"
+    assert ledger_counts(run.pk) == {"charge": 1, "refund": 1}
+
+
+def test_current_step_tells_a_step_about_itself():
+    @durable.workflow("tests.composition.info")
+    def info(ctx):
+        return ctx.step("who", lambda: durable.current_step().__dict__)
+
+    run = durable.start(info)
+    drain()
+    result = run_of(run).get_result()
+    assert result == {"run_id": run.pk, "workflow": "tests.composition.info", "key": "who", "attempt": 1}
+    assert durable.current_step() is None
