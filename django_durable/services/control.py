@@ -64,7 +64,7 @@ def _cancel(pk, error: str, db: str, *, root: bool) -> WorkflowRun:
             finished_at=now, updated_at=now,
         )
         _cancel_timers(pk, db)
-        if run.parent_id is not None:
+        if run.parent_id is not None and root:
             workpool.wake([run.parent_id], db=db)  # it may be waiting for this child
         workflow = run.workflow
         transaction.on_commit(lambda: signals.send(signals.run_cancelled, workflow, run_id=pk), using=db)
