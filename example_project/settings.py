@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_durable",
     "example_project.orders",
+    "example_project.examples",
 ]
 
 MIDDLEWARE = [

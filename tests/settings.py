@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django_durable",
     "tests.testapp",
     "example_project.orders",
+    "example_project.examples",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
