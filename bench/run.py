@@ -229,6 +229,26 @@ def w5_signals(runs: int) -> dict:
             "server_p50_ms": 1000 * statistics.median(server)}
 
 
+def w3_fanout(sizes: list[int], processes: int) -> dict:
+    """Seconds from start() to the result of one workflow mapping over n trivial items."""
+    truncate()
+    connections.close_all()
+    worker = subprocess.Popen(worker_command("-c", str(processes), "-v", "0"), env=worker_env(), cwd=ROOT)
+    figures = {}
+    try:
+        time.sleep(2.0)  # started and listening
+        for n in sizes:
+            started = time.perf_counter()
+            run = durable.start("bench.fanout", n)
+            assert durable.wait(run.pk, timeout=600) == n
+            figures[f"{n}_s"] = time.perf_counter() - started
+            figures[f"{n}_ms_per_item"] = 1000 * figures[f"{n}_s"] / n
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    return figures
+
+
 # -- queries per step and per claim ------------------------------------------------------------------
 
 
@@ -283,8 +303,9 @@ def main() -> None:
     parser.add_argument("--raw-rows", type=int, default=10000)
     parser.add_argument("--timer-runs", type=int, default=10000)
     parser.add_argument("--signal-runs", type=int, default=200)
-    parser.add_argument("--sections", default="core,timers,signals",
-                        help="comma-separated: core (ceiling, W1, W2), timers (W4), signals (W5)")
+    parser.add_argument("--fanout", default="500,5000", help="W3's fan-out sizes")
+    parser.add_argument("--sections", default="core,fanout,timers,signals",
+                        help="comma-separated: core (ceiling, W1, W2), fanout (W3), timers (W4), signals (W5)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
@@ -303,6 +324,9 @@ def main() -> None:
             figures["w1_unprepared_steps_per_s"] = unprepared["steps_per_s"]
             figures["w1_unprepared_vs_ceiling"] = unprepared["steps_per_s"] / figures["ceiling_rows_per_s"]
             figures.update({f"w2_{k}": v for k, v in w2(args.w2_runs).items()})
+        if "fanout" in sections:
+            sizes = [int(n) for n in args.fanout.split(",")]
+            figures.update({f"w3_{k}": v for k, v in w3_fanout(sizes, args.processes).items()})
         if "timers" in sections:
             figures.update({f"w4_{k}": v for k, v in w4_timers(args.timer_runs, args.processes).items()})
         if "signals" in sections:
@@ -327,6 +351,10 @@ def main() -> None:
             ("W2 created to finished (database), p50", f"{median['w2_server_p50_ms']:.1f} ms"),
             ("W2 created to finished (database), p95", f"{median['w2_server_p95_ms']:.1f} ms"),
         ]
+    if "fanout" in sections:
+        for n in args.fanout.split(","):
+            rows.append((f"W3 map over {n} items, start() to result", f"{median[f'w3_{n}_s']:.2f} s"))
+            rows.append((f"   per item", f"{median[f'w3_{n}_ms_per_item']:.2f} ms"))
     if "timers" in sections:
         rows.append((f"W4 {args.timer_runs} sleepers due at once: all resumed in", f"{median['w4_all_resumed_s']:.1f} s"))
     if "signals" in sections:

@@ -29,3 +29,8 @@ def sleep_until(ctx, at):
 def wait_signal(ctx):
     ping = ctx.wait_for_signal("ping")
     return ctx.step("pong", noop, ping)
+
+
+@durable.workflow("bench.fanout")
+def fanout(ctx, n):
+    return len(ctx.map("items", noop, range(n)))

@@ -22,6 +22,9 @@ _ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in STEP_COLUMNS) + ")"
 
 _pick_cache: dict = {}
 
+_ENTRY = ("json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, "
+          "s.deadline_at, s.retry_at, s.match)")
+
 logger = logging.getLogger("django_durable.worker")
 
 # Set to False after a pooler refused a prepared statement (PgBouncer in transaction mode
@@ -132,10 +135,11 @@ def _claim_parts(*, worker, queues, db, token, lease, exclude=()) -> tuple[str, 
         SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
                CASE WHEN r.status NOT IN ({_TERMINAL}) THEN r.workflow END,
                r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-               (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result,
-                                                 s.error, s.attempts, s.deadline_at, s.retry_at, s.match))
-                FROM durable_step AS s
-                WHERE s.run_id = c.run_id AND (c.kind = 'advance' OR s.key = c.step_key)) AS journal,
+               CASE WHEN c.kind = 'advance' THEN
+                   (SELECT json_agg({_ENTRY}) FROM durable_step AS s WHERE s.run_id = c.run_id)
+               ELSE  -- one lookup by (run, key), not a scan of a big fan-out's journal
+                   (SELECT json_agg({_ENTRY}) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+               END AS journal,
                CASE WHEN c.kind = 'advance' THEN
                    (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload) ORDER BY m.id)
                     FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
