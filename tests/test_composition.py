@@ -234,3 +234,14 @@ def test_current_step_tells_a_step_about_itself():
     result = run_of(run).get_result()
     assert result == {"run_id": run.pk, "workflow": "tests.composition.info", "key": "who", "attempt": 1}
     assert durable.current_step() is None
+
+
+def test_a_branch_past_its_timeout_is_interrupted():
+    import time
+
+    run = durable.start("tests.branch_timeouts")
+    started = time.monotonic()
+    drain()
+    assert time.monotonic() - started < 5
+    assert run_of(run).get_result() == [0, "django_durable.exceptions.StepTimeout"]
+    assert Step.objects.get(run=run, key="slow").deadline_at is not None

@@ -52,7 +52,7 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
                 f"its worker did not survive it."
             )
     if problem is not None:
-        return _failed(claim, spec, policy, attempt, problem, session.now(), then)
+        return _failed(claim, spec, policy, attempt, problem, session.now(), then, deadline)
     timeout = spec.get("timeout")
     started = session.now()
     try:
@@ -74,8 +74,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",
                                     max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     except Exception as exc:
-        return _failed(claim, spec, policy, attempt, exc, started, then)
-    record = _record(claim, spec, "completed", text, None, attempt, started)
+        return _failed(claim, spec, policy, attempt, exc, started, then, deadline)
+    record = _record(claim, spec, "completed", text, None, attempt, started, deadline)
     if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=then()):
         return "lost"
     signals.send(signals.step_completed, claim.run.workflow, run_id=claim.run_id, key=claim.step_key,
@@ -102,18 +102,18 @@ def _load(claim):
     return spec, fn, policy, None
 
 
-def _failed(claim, spec, policy, attempt, exc, started, then) -> str:
+def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> str:
     error = _error(exc)
     signal_args = {"run_id": claim.run_id, "key": claim.step_key, "error": serialization.decode(error),
                    "attempt": attempt}
     if policy.retries(exc, attempt):
         retry_at = claim.db_now() + dt.timedelta(seconds=policy.delay(exc, attempt))
-        record = _record(claim, spec, "retrying", None, error, attempt, started, retry_at=retry_at)
+        record = _record(claim, spec, "retrying", None, error, attempt, started, deadline, retry_at=retry_at)
         if not _write(workpool.retry_branch, claim, record, retry_at=retry_at, then=then()):
             return "lost"
         signals.send(signals.step_failed, claim.run.workflow, will_retry=True, **signal_args)
         return "retrying"
-    record = _record(claim, spec, "failed", None, error, attempt, started)
+    record = _record(claim, spec, "failed", None, error, attempt, started, deadline)
     fail_fast = not spec.get("return_exceptions", False)
     if not _write(workpool.finish_branch, claim, record, failed=True, fail_fast=fail_fast, then=then()):
         return "lost"

@@ -342,3 +342,18 @@ def waiting_parent(ctx):
 @durable.workflow("tests.map_pids")
 def map_pids(ctx, n):
     return [r["pid"] for r in ctx.map("m", square_item, [(ctx.run_id, i) for i in range(n)])]
+
+
+def nap(run_id, seconds):
+    ledger.record(run_id, f"nap:{seconds}")
+    time.sleep(seconds)
+    return seconds
+
+
+@durable.workflow("tests.branch_timeouts")
+def branch_timeouts(ctx):
+    once = durable.RetryPolicy(max_attempts=1)
+    results = ctx.parallel([ctx.call("fast", nap, ctx.run_id, 0, timeout=5, retry=once),
+                            ctx.call("slow", nap, ctx.run_id, 30, timeout=0.5, retry=once)],
+                           return_exceptions=True)
+    return [r if not isinstance(r, durable.StepFailed) else r.type for r in results]
