@@ -64,6 +64,7 @@ __all__ = [
     "cancel",
     "current_step",
     "emit_event",
+    "ensure_schedule",
     "get_run",
     "retry_rollback",
     "signal",
@@ -81,9 +82,12 @@ _LAZY = {
 }
 
 
+_LAZY["ensure_schedule"] = "schedules"
+
+
 def __getattr__(name):
     if name in _LAZY:
         return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
-    if name == "testing":
-        return import_module(f"{__name__}.testing")
+    if name in ("testing", "schedules"):
+        return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

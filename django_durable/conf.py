@@ -35,6 +35,11 @@ DEFAULTS: dict[str, Any] = {
     # Prepare the worker's own hot-path statements on PostgreSQL. Turn off behind a
     # transaction-mode pooler that cannot keep prepared statements (PgBouncer before 1.21).
     "PREPARED_STATEMENTS": True,
+    # A schedule's fire time later than this (seconds) counts as missed: its catch-up policy
+    # decides whether it still runs. Within it, a late fire time just runs late.
+    "SCHEDULE_GRACE_SECONDS": 60.0,
+    # With catch_up="all", the most missed fire times run after downtime (the latest ones).
+    "MAX_CATCH_UP": 100,
     # Which database alias holds the durable tables.
     "DATABASE": "default",
     # Named fault points for the fault tests ("point=action;point=action"); off in production.

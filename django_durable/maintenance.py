@@ -1,4 +1,4 @@
-"""A worker's second thread: heartbeats, the reaper, due timers, and its two watchdogs.
+"""A worker's second thread: heartbeats, the reaper, due timers and schedules, and two watchdogs.
 
 It has its own database connection, so a long step never delays the heartbeat that keeps its
 lease, nor the recovery of other workers' expired claims, nor the timers of sleeping runs.
@@ -11,7 +11,7 @@ import random
 import threading
 import time
 
-from . import conf, workpool
+from . import conf, schedules, workpool
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -64,11 +64,12 @@ class Maintenance(threading.Thread):
                         while batch >= workpool.TIMER_BATCH:  # a backlog of due timers: keep firing
                             batch = workpool.fire_timers(db=worker.db)
                             fired += batch
+                        fired += schedules.tick(db=worker.db)
                         if fired:
                             worker.poke()  # without NOTIFY (SQLite) the main loop would sleep on
-                        due_in = workpool.next_timer_in(db=worker.db)
-                        if due_in is not None:
-                            self.expect_timer(due_in)
+                        for due_in in (workpool.next_timer_in(db=worker.db), schedules.next_due_in(db=worker.db)):
+                            if due_in is not None:
+                                self.expect_timer(due_in)
                 except DB_ERRORS as exc:
                     logger.warning("Database error in maintenance of %s: %s", worker.name, exc)
                     close_connection(worker.db)

@@ -67,6 +67,9 @@ class WorkflowRun(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    scheduled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the run was due to start: a delayed start or a schedule's fire time."
+    )
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
@@ -356,3 +359,57 @@ class SignalMessage(models.Model):
 
     def get_payload(self):
         return serialization.decode(self.payload)
+
+
+class Schedule(models.Model):
+    """A recurring start of a workflow: by a cron expression or at a fixed interval."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        PAUSED = "paused", "Paused"
+
+    class Overlap(models.TextChoices):
+        ALLOW = "allow", "Start even if the previous run is unfinished"
+        SKIP = "skip", "Skip while the previous run is unfinished"
+
+    class CatchUp(models.TextChoices):
+        NONE = "none", "Skip missed fire times"
+        LATEST = "latest", "Run the latest missed fire time"
+        ALL = "all", "Run every missed fire time"
+
+    slug = models.SlugField(max_length=100, unique=True)
+    workflow = models.CharField(max_length=200)
+    args = models.TextField(default="[]", help_text="JSON.")
+    kwargs = models.TextField(default="{}", help_text="JSON.")
+    cron = models.CharField(max_length=200, blank=True, default="")
+    interval = models.FloatField(null=True, blank=True, help_text="Seconds between fire times.")
+    timezone = models.CharField(max_length=64, default="UTC")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    overlap = models.CharField(max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
+    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.NONE)
+    queue = models.CharField(max_length=100, blank=True, default="")
+    declared = models.BooleanField(default=False, help_text="Declared on the workflow with schedule=.")
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    last_fire_at = models.DateTimeField(null=True, blank=True)
+    last_run = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "durable_schedule"
+        ordering = ["slug"]
+        indexes = [
+            # The scheduler's path: active schedules by their next fire time.
+            models.Index(fields=["next_fire_at"], condition=Q(status="active"), name="durable_schedule_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slug} ({self.cron or f'every {self.interval:g} s'})"
+
+    def next_runs(self, count: int = 5) -> list:
+        """The next `count` fire times (aware datetimes in the schedule's time zone)."""
+        from .schedules import upcoming
+
+        return upcoming(self, count)

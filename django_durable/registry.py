@@ -30,6 +30,7 @@ class WorkflowDefinition:
     retry: RetryPolicy | None = None
     compensate_on_failure: bool = False
     compensate_on_cancel: bool = False
+    schedule: str | dict | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -46,6 +47,7 @@ def workflow(
     retry: RetryPolicy | None = None,
     compensate_on_failure: bool = False,
     compensate_on_cancel: bool = False,
+    schedule: str | dict | None = None,
 ):
     """Register a function as a workflow and return it unchanged.
 
@@ -56,7 +58,9 @@ def workflow(
     `max_attempts` is how often a run whose function raises is tried again from its last
     checkpoint; `retry` is the default retry policy of its steps. With `compensate_on_failure`
     (`compensate_on_cancel`), a run that fails for good (is cancelled) first runs the
-    compensations of its completed steps, as ctx.rollback() does.
+    compensations of its completed steps, as ctx.rollback() does. `schedule` (a cron
+    expression, or a dict of ensure_schedule() options) declares a schedule named after the
+    workflow, created by ``manage.py durable_schedules sync`` and by every worker at start-up.
     """
     if callable(name):
         return workflow()(name)
@@ -72,6 +76,7 @@ def workflow(
             retry=retry,
             compensate_on_failure=compensate_on_failure,
             compensate_on_cancel=compensate_on_cancel,
+            schedule=schedule,
         )
         register(definition)
         fn.durable_workflow = definition
@@ -134,6 +139,10 @@ def get(name_or_fn: str | Callable) -> WorkflowDefinition:
 
 def names() -> list[str]:
     return sorted(_registry)
+
+
+def definitions() -> list[WorkflowDefinition]:
+    return [_registry[name] for name in sorted(_registry)]
 
 
 def find(name: str) -> WorkflowDefinition | None:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from django.utils import timezone
 
 from . import clock as _clock
-from . import conf, workpool
+from . import conf, schedules, workpool
 from .engine.branches import run_branch
 from .engine.replay import advance
 from .models import WorkItem
@@ -17,7 +17,8 @@ from .models import WorkItem
 def drain(*, queues: list[str] | None = None, max_items: int = 10_000, worker: str = "testing") -> int:
     """Advance every ready run in this process until no work is ready; return how many items ran.
 
-    Timers that are due (by the database's clock, or the frozen test clock) fire first. Works
+    Timers and schedules that are due (by the database's clock, or the frozen test clock) fire
+    first. Works
     inside a test's transaction, so plain ``django_db`` tests can start a run and drain it.
     """
     db = conf.get("DATABASE")
@@ -26,6 +27,7 @@ def drain(*, queues: list[str] | None = None, max_items: int = 10_000, worker: s
     while done < max_items:
         if claim is None:
             workpool.fire_timers(db=db)
+            schedules.tick(db=db)
             claim = workpool.claim(worker=worker, queues=queues, db=db)
         if claim is None:
             break

@@ -14,7 +14,7 @@ import time
 
 from django.db import DatabaseError, InterfaceError, connections
 
-from . import conf, workpool
+from . import conf, schedules, workpool
 from .checks import check_sqlite_journal
 from .engine.branches import run_branch
 from .engine.replay import advance
@@ -66,6 +66,11 @@ class Worker:
         waiter.listen()  # before the first claim, so no notification falls between the two
         for warning in check_sqlite_journal(databases=[self.db]):
             logger.warning("%s %s", warning.msg, warning.hint)
+        try:
+            schedules.sync_declared()  # every worker may: it is idempotent
+        except DB_ERRORS as exc:
+            logger.warning("Could not sync the declared schedules (%s); the next worker start will.", exc)
+            close_connection(self.db)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff = Backoff()
         try:

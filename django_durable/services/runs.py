@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
@@ -9,6 +10,7 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.utils import timezone
 
 from .. import clock, conf, registry, serialization, workpool
 from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
@@ -22,27 +24,41 @@ def start(
     idempotency_key: str | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    run_at: dt.datetime | None = None,
+    delay: dt.timedelta | float | None = None,
     **kwargs: Any,
 ) -> WorkflowRun:
     """Create a run of `workflow` with these arguments and return it (a WorkflowRun).
 
     Inside the caller's ``transaction.atomic()`` the run commits or rolls back with the
     caller. With an `idempotency_key`, a second start of the same workflow with the same key
-    returns the first run instead of creating another (decided by a unique constraint).
-    Raise WorkflowNotFound for an unregistered workflow, NotSerializable or PayloadTooLarge
-    for arguments that cannot be stored; nothing is written then.
+    returns the first run instead of creating another (decided by a unique constraint). With
+    `run_at` (an aware datetime) or `delay` (a timedelta or seconds) the run exists at once,
+    ``pending``, and starts at that time. Raise WorkflowNotFound for an unregistered workflow,
+    NotSerializable or PayloadTooLarge for arguments that cannot be stored, ValueError for a bad
+    option; nothing is written then.
     """
     definition = registry.get(workflow)
+    if run_at is not None and delay is not None:
+        raise ValueError("Give run_at or delay, not both.")
+    if run_at is not None and (not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at)):
+        raise ValueError(f"run_at must be an aware datetime, not {run_at!r}.")
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"delay must be a timedelta or a number of seconds >= 0, not {delay!r}.")
+        run_at = clock.now() + dt.timedelta(seconds=seconds)
     return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                      priority=priority)
+                      priority=priority, run_at=run_at)
 
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
-               run_id=None, parent_id=None) -> WorkflowRun:
+               run_id=None, parent_id=None, run_at=None) -> WorkflowRun:
     """Validate and store a run of `definition` with its work item (and deadline); return it.
 
     A run with a given `run_id` that exists already is returned as it is: a child's id is
-    derived from its parent, so starting it again changes nothing.
+    derived from its parent, so starting it again changes nothing. A run with `run_at` waits
+    for a timer to start it.
     """
     text = serialization.encode(
         {"args": list(args), "kwargs": kwargs}, what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
@@ -60,6 +76,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         idempotency_key=idempotency_key,
         max_attempts=definition.max_attempts,
         parent_id=parent_id,
+        scheduled_at=run_at,
+        waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None else "",
     )
     if run_id is not None:
         run.id = run_id
@@ -80,18 +98,24 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                     return existing
             run = existing
         WorkItem.objects.using(db).create(
-            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority,
-            available_at=clock.db_now(),
+            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority, available_at=clock.db_now(),
+            # A delayed run's item stays idle until its timer wakes it.
+            status=WorkItem.Status.PENDING if run_at is None else WorkItem.Status.COMPLETED,
         )
+        if run_at is not None:
+            Timer.objects.using(db).create(kind=Timer.Kind.DELAYED_START, run=run, fire_at=run_at)
         if definition.timeout is not None:
-            _set_deadline(run, definition.timeout, db)
+            _set_deadline(run, definition.timeout, db, run_at)
         workpool.notify(db)
     return run
 
 
-def _set_deadline(run: WorkflowRun, timeout, db: str) -> None:
-    """The run ends timed_out at creation + timeout: a timer wakes it then, wherever it waits."""
-    deadline = ExpressionWrapper(clock.db_now() + Value(timeout), output_field=DateTimeField())
+def _set_deadline(run: WorkflowRun, timeout, db: str, run_at=None) -> None:
+    """The run ends timed_out at its start (creation, or run_at) + timeout; a timer wakes it then."""
+    if run_at is not None:
+        deadline = run_at + timeout
+    else:
+        deadline = ExpressionWrapper(clock.db_now() + Value(timeout), output_field=DateTimeField())
     WorkflowRun.objects.using(db).filter(pk=run.pk).update(deadline_at=deadline)
     run.refresh_from_db(fields=["deadline_at"])
     Timer.objects.using(db).create(kind=Timer.Kind.DEADLINE, run=run, fire_at=run.deadline_at)

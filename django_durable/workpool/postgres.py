@@ -124,7 +124,7 @@ def _claim_parts(*, worker, queues, db, token, lease, exclude=()) -> tuple[str, 
         run AS (
             -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
             UPDATE durable_workflow_run AS r
-            SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}
+            SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = ''
             FROM claimed
             WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({_TERMINAL})
             RETURNING r.id

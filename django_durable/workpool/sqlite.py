@@ -55,7 +55,7 @@ def claim(*, worker, queues, db, token, lease):
         if kind == WorkItem.Kind.ADVANCE:
             # Advancing makes the run `running`; a branch (a step item) leaves it waiting.
             runs.update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), clock.db_now()),
-                        updated_at=clock.db_now())
+                        updated_at=clock.db_now(), waiting_on="")
         state = runs.values_list(
             "workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at"
         ).first()

@@ -357,3 +357,13 @@ def branch_timeouts(ctx):
                             ctx.call("slow", nap, ctx.run_id, 30, timeout=0.5, retry=once)],
                            return_exceptions=True)
     return [r if not isinstance(r, durable.StepFailed) else r.type for r in results]
+
+
+@durable.workflow("tests.tick")
+def tick(ctx, label="tick"):
+    return ctx.step("note", mark, ctx.run_id, label)
+
+
+@durable.workflow("tests.nightly", schedule={"cron": "0 3 * * *", "timezone": "Europe/Paris"})
+def nightly(ctx):
+    return "report"
