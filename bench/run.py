@@ -37,7 +37,7 @@ import django_durable as durable  # noqa: E402
 from django_durable import workpool  # noqa: E402
 from django_durable.engine.replay import advance  # noqa: E402
 
-DURABLE_TABLES = "durable_step, durable_work_item, durable_timer, durable_workflow_run"
+DURABLE_TABLES = "durable_step, durable_work_item, durable_timer, durable_signal, durable_workflow_run"
 
 
 def psycopg_url() -> str:
@@ -249,6 +249,64 @@ def w3_fanout(sizes: list[int], processes: int) -> dict:
     return figures
 
 
+def w6_schedules(count: int, processes: int, minutes: int) -> dict:
+    """`count` schedules firing every minute: the scheduler's cost per minute, and the lateness of runs."""
+    import datetime as dt
+
+    from django.db import connection as conn
+    from django.utils import timezone
+
+    from django_durable import schedules
+    from django_durable.models import Schedule, WorkflowRun
+    from django_durable.testing import clock
+
+    truncate()
+    Schedule.objects.all().delete()
+    # The cost of a scheduler tick that starts `count` runs, measured in this process with a
+    # frozen clock moved a minute at a time.
+    start = timezone.now().replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    with clock(start) as frozen:
+        for i in range(count):
+            schedules.ensure_schedule(f"s{i}", "bench.one_step", cron="* * * * *")
+        cpu, wall, queries = [], [], []
+        for _ in range(3):
+            frozen.advance(minutes=1)
+            with CaptureQueriesContext(conn) as captured:
+                began, began_cpu = time.perf_counter(), time.process_time()
+                assert schedules.tick(db="default") == count
+                wall.append(time.perf_counter() - began)
+                cpu.append(time.process_time() - began_cpu)
+            queries.append(len(captured.captured_queries))
+    truncate()
+    Schedule.objects.all().delete()
+    # Lateness with real workers: from each fire time to its run's start.
+    for i in range(count):
+        schedules.ensure_schedule(f"s{i}", "bench.one_step", cron="* * * * *")
+    connections.close_all()
+    worker = subprocess.Popen(worker_command("-c", str(processes), "-v", "0"), env=worker_env(), cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60 * (minutes + 1) + 30
+        while time.monotonic() < deadline:
+            fired = WorkflowRun.objects.exclude(started_at=None).count()
+            if fired >= count * minutes:
+                break
+            time.sleep(1)
+        late = [
+            (r.started_at - r.scheduled_at).total_seconds()
+            for r in WorkflowRun.objects.exclude(started_at=None).only("started_at", "scheduled_at")
+        ]
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        Schedule.objects.all().delete()
+    return {
+        "tick_wall_s": statistics.median(wall), "tick_cpu_s": statistics.median(cpu),
+        "tick_queries": statistics.median(queries),
+        "late_p50_ms": 1000 * statistics.median(late), "late_p95_ms": 1000 * quantile(late, 0.95),
+        "runs": len(late),
+    }
+
+
 # -- queries per step and per claim ------------------------------------------------------------------
 
 
@@ -304,8 +362,11 @@ def main() -> None:
     parser.add_argument("--timer-runs", type=int, default=10000)
     parser.add_argument("--signal-runs", type=int, default=200)
     parser.add_argument("--fanout", default="500,5000", help="W3's fan-out sizes")
+    parser.add_argument("--schedules", type=int, default=1000)
+    parser.add_argument("--schedule-minutes", type=int, default=2)
     parser.add_argument("--sections", default="core,fanout,timers,signals",
-                        help="comma-separated: core (ceiling, W1, W2), fanout (W3), timers (W4), signals (W5)")
+                        help="comma-separated: core (ceiling, W1, W2), fanout (W3), timers (W4), signals (W5), "
+                             "schedules (W6, several minutes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
@@ -331,6 +392,9 @@ def main() -> None:
             figures.update({f"w4_{k}": v for k, v in w4_timers(args.timer_runs, args.processes).items()})
         if "signals" in sections:
             figures.update({f"w5_{k}": v for k, v in w5_signals(args.signal_runs).items()})
+        if "schedules" in sections:
+            figures.update({f"w6_{k}": v for k, v in
+                            w6_schedules(args.schedules, args.processes, args.schedule_minutes).items()})
         for key, value in figures.items():
             samples.setdefault(key, []).append(value)
         print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.2f}" for k, v in figures.items()), file=sys.stderr)
@@ -362,6 +426,15 @@ def main() -> None:
             ("W5 signal() to the next step done, p50", f"{median['w5_p50_ms']:.1f} ms"),
             ("W5 signal() to the next step done, p95", f"{median['w5_p95_ms']:.1f} ms"),
             ("W5 signal stored to run finished (database), p50", f"{median['w5_server_p50_ms']:.1f} ms"),
+        ]
+    if "schedules" in sections:
+        n = args.schedules
+        rows += [
+            (f"W6 {n} schedules every minute: scheduler per minute", f"{median['w6_tick_wall_s']:.2f} s"),
+            ("   of which CPU in the scheduling process", f"{median['w6_tick_cpu_s']:.2f} s"),
+            ("   queries per minute", f"{median['w6_tick_queries']:.0f}"),
+            ("W6 lateness, fire time to run start, p50", f"{median['w6_late_p50_ms']:.0f} ms"),
+            ("W6 lateness, fire time to run start, p95", f"{median['w6_late_p95_ms']:.0f} ms"),
         ]
     rows += [
         ("queries per step", f"{queries['per_step']:g}"),
