@@ -242,7 +242,10 @@ def test_no_transaction_is_open_while_step_code_runs(start_worker, tmp_path):
             samples.extend(cursor.fetchall())
             time.sleep(0.15)
         assert samples, "the worker's connections should be visible"
-        assert [s for s in samples if s[0] == "idle in transaction"] == []
+        # The maintenance thread's short bookkeeping transactions (timers, schedules) can be
+        # caught between two statements; a transaction held around the 3 s step would be
+        # seen idle and older than a quarter second in nearly every sample.
+        assert [s for s in samples if s[0] == "idle in transaction" and s[1] > 0.25] == []
         assert [s for s in samples if s[1] is not None and s[1] > 1.0] == []
         # The run's row is not locked: an update and an insert that references it go through.
         cursor.execute("SET lock_timeout = '1s'")
