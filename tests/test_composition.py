@@ -68,6 +68,19 @@ def test_a_branch_that_fails_for_good_fails_fast_and_cancels_the_rest():
     assert statuses == {"item:0": "completed", **{f"item:{i}": "cancelled" for i in range(1, 5)}}
 
 
+def test_a_retried_run_never_runs_a_completed_branch_again():
+    with clock() as frozen:
+        run = durable.start("tests.retried_fan_out", 4, 3)  # branch 3 fails the run's first attempt
+        drain()
+        assert run_of(run).status == "waiting"  # the run's back-off
+        frozen.advance(seconds=5)
+        drain()
+    run = run_of(run)
+    assert run.status == "completed", run.error
+    assert run.get_result() == [0, 1, 2, 3]
+    assert ledger_counts(run.pk) == {"item:0": 1, "item:1": 1, "item:2": 1, "item:3": 2}
+
+
 def test_return_exceptions_collects_failures_with_the_results():
     run = durable.start("tests.fail_fast", 4, 2, collect=True)
     drain()

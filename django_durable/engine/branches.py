@@ -42,6 +42,15 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
     entry = claim.run.journal[0] if claim.run.journal else None
     attempt = 1
     deadline = None
+    if entry is not None and entry[4] in ("completed", "failed"):
+        # Recorded by an earlier attempt of the run (which was retried from its last
+        # checkpoint): count the recorded outcome off the new group, never run it again.
+        record = _record(claim, spec, entry[4], entry[5], entry[6], entry[7])
+        failed = entry[4] == "failed"
+        fail_fast = failed and not spec.get("return_exceptions", False)
+        if not _write(workpool.finish_branch, claim, record, failed=failed, fail_fast=fail_fast, then=then()):
+            return "lost"
+        return "replayed"
     if entry is not None and entry[4] == "retrying":
         attempt = entry[7] + 1
     elif entry is not None and entry[4] == "running":

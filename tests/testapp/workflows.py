@@ -246,6 +246,19 @@ def fail_fast(ctx, n, bad, collect=False):
     return results
 
 
+def fail_first_time(run_id, x, bad):
+    """Raise (for good) on the first execution of item `bad`; succeed after."""
+    ledger.record(run_id, f"item:{x}")
+    if x == bad and ledger.count(run_id, f"item:{x}") == 1:
+        raise durable.NonRetryableError(f"item {x} fails the first time")
+    return x
+
+
+@durable.workflow("tests.retried_fan_out", max_attempts=2, retry=durable.RetryPolicy(max_attempts=2, initial_backoff=0.01, jitter=0))
+def retried_fan_out(ctx, n, bad):
+    return ctx.parallel([ctx.call(f"item:{i}", fail_first_time, ctx.run_id, i, bad) for i in range(n)], key="items")
+
+
 def charge(run_id, amount):
     ledger.record(run_id, "charge")
     return {"charge_id": f"ch_{amount}"}
