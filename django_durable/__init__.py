@@ -20,6 +20,7 @@ from .exceptions import (
     Cancelled,
     ChildFailed,
     DurableError,
+    ForcedFailure,
     InvalidTransition,
     NonDeterminismError,
     NonRetryableError,
@@ -29,6 +30,7 @@ from .exceptions import (
     RunFinished,
     SignalTimeout,
     StepFailed,
+    StepNotFound,
     StepTimeout,
     WaitTimeout,
     WorkflowFailed,
@@ -45,6 +47,7 @@ __all__ = [
     "ChildHandle",
     "Context",
     "DurableError",
+    "ForcedFailure",
     "InvalidTransition",
     "NonDeterminismError",
     "NonRetryableError",
@@ -56,6 +59,7 @@ __all__ = [
     "SignalTimeout",
     "StepFailed",
     "StepInfo",
+    "StepNotFound",
     "StepTimeout",
     "WaitTimeout",
     "WorkflowFailed",
@@ -63,14 +67,22 @@ __all__ = [
     "WorkflowTimeout",
     "cancel",
     "current_step",
+    "duplicate",
+    "edit_step_result",
     "emit_event",
     "ensure_schedule",
+    "force_fail",
     "get_run",
+    "release_claim",
     "retry_rollback",
+    "retry_run",
     "signal",
+    "skip_step",
     "start",
     "start_and_wait",
+    "start_run",
     "wait",
+    "wake",
     "workflow",
 ]
 
@@ -78,7 +90,10 @@ __all__ = [
 # importing them lazily lets `import django_durable` work in settings and workflows.py.
 _LAZY = {
     name: "services"
-    for name in ("start", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback")
+    for name in (
+        "start", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
+        "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim",
+    )
 }
 
 

@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE_GRACE_SECONDS": 60.0,
     # With catch_up="all", the most missed fire times run after downtime (the latest ones).
     "MAX_CATCH_UP": 100,
+    # After how many seconds without a report a worker counts as gone: the admin marks it
+    # stale, and warns on every durable page when no worker is live.
+    "WORKER_STALE_SECONDS": 60.0,
     # Which database alias holds the durable tables.
     "DATABASE": "default",
     # Named fault points for the fault tests ("point=action;point=action"); off in production.

@@ -121,3 +121,11 @@ class ChildFailed(DurableError):
 
 class InvalidTransition(DurableError):
     """The run's status does not allow this operation."""
+
+
+class ForcedFailure(DurableError):
+    """An operator forced the run to fail (recorded as its error, with the reason given)."""
+
+
+class StepNotFound(DurableError, LookupError):
+    """The run has no journal entry with this key."""

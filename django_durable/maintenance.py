@@ -6,12 +6,15 @@ lease, nor the recovery of other workers' expired claims, nor the timers of slee
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import os
 import random
+import socket
 import threading
 import time
 
-from . import conf, schedules, workpool
+from . import clock, conf, schedules, workpool
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -27,6 +30,7 @@ class Maintenance(threading.Thread):
         self.tick = max(0.02, min(0.25, self.heartbeat / 4, self.timer_interval))
         self.done = threading.Event()
         self.next_timers = time.monotonic()  # when to look for due timers next
+        self.presence = Presence(worker)
 
     def expect_timer(self, seconds: float) -> None:
         """This worker just set a timer due in `seconds`: look for it then, not a poll later."""
@@ -39,6 +43,7 @@ class Maintenance(threading.Thread):
         now = time.monotonic()
         next_reap = now + random.uniform(0, self.reaper_interval)
         beats: dict = {}
+        next_report = now
         try:
             while not self.done.wait(max(0.001, min(self.tick, self.next_timers - time.monotonic()))):
                 now = time.monotonic()
@@ -55,6 +60,9 @@ class Maintenance(threading.Thread):
                                 logger.warning("Worker %s lost its claim on run %s.", worker.name, claim.run_id)
                     else:
                         beats.clear()
+                    if now >= next_report:
+                        next_report = now + self.presence.interval
+                        self.presence.report(claim)
                     if now >= next_reap:
                         next_reap = now + self.reaper_interval * random.uniform(0.8, 1.2)
                         workpool.reap(db=worker.db)
@@ -76,6 +84,10 @@ class Maintenance(threading.Thread):
                 except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
                     logger.exception("Maintenance of worker %s failed; going on.", worker.name)
         finally:
+            try:
+                self.presence.report(None, stopped=True)
+            except Exception:  # noqa: BLE001 - best effort: the row goes stale by itself
+                pass
             close_connection(worker.db)
 
     def _watch(self, claim, now: float) -> None:
@@ -87,3 +99,48 @@ class Maintenance(threading.Thread):
                 "replacing worker process %s.", claim.run_id, now - deadline, self.worker.name,
             )
             self.worker.abandon_and_exit("stuck past its timeout", replace=True)
+
+
+class Presence:
+    """The worker's row in durable_worker: who it is, when it was last seen, what it is doing.
+
+    Written by the maintenance thread every few seconds (one UPDATE), so the admin can show
+    live and stale workers and warn when none is running.
+    """
+
+    PRUNE_AFTER = dt.timedelta(days=7)
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.interval = max(0.5, min(5.0, float(conf.get("HEARTBEAT_SECONDS"))))
+        self.started_at = None
+
+    def report(self, claim, stopped: bool = False) -> None:
+        from .models import Worker
+
+        worker, db = self.worker, self.worker.db
+        now = clock.db_now()
+        fields = {
+            "last_seen": now,
+            "processed": worker.processed,
+            "current": _describe(claim),
+            "stopped_at": now if stopped else None,
+        }
+        if self.started_at is None:
+            if stopped:
+                return
+            self.started_at = now
+            Worker.objects.using(db).filter(last_seen__lt=clock.now() - self.PRUNE_AFTER).delete()
+            Worker.objects.using(db).update_or_create(name=worker.name[:200], defaults=dict(
+                fields, host=socket.gethostname()[:200], pid=os.getpid(), queues=",".join(worker.queues or [])[:500],
+                started_at=now,
+            ))
+        else:
+            Worker.objects.using(db).filter(name=worker.name[:200]).update(**fields)
+
+
+def _describe(claim) -> str:
+    if claim is None:
+        return ""
+    what = "advancing run" if claim.kind == "advance" else f"running branch {claim.step_key!r} of run"
+    return f"{what} {claim.run_id}"[:300]

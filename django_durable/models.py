@@ -62,7 +62,8 @@ class WorkflowRun(models.Model):
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+        # Deleting a finished parent must not take an unfinished child with it.
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
@@ -92,6 +93,21 @@ class WorkflowRun(models.Model):
         indexes = [
             models.Index(fields=["status", "-created_at"], name="durable_run_status"),
             models.Index(fields=["workflow", "-created_at"], name="durable_run_workflow"),
+            # The admin's run list, newest first, and the overview's recent outcomes.
+            models.Index(fields=["-created_at"], name="durable_run_created"),
+            models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="durable_run_finished"),
+        ]
+        permissions = [
+            ("view_payload_workflowrun", "Can view the inputs, results and errors of workflow runs"),
+            ("start_workflowrun", "Can start and duplicate workflow runs"),
+            ("cancel_workflowrun", "Can cancel workflow runs"),
+            ("retry_workflowrun", "Can retry workflow runs from their last checkpoint"),
+            ("forcefail_workflowrun", "Can force workflow runs to fail"),
+            ("skipstep_workflowrun", "Can skip a step of a workflow run"),
+            ("editstep_workflowrun", "Can edit the recorded result of a step"),
+            ("retryrollback_workflowrun", "Can retry the rollback of workflow runs"),
+            ("signal_workflowrun", "Can send signals to workflow runs"),
+            ("wake_workflowrun", "Can fire the timers of workflow runs early"),
         ]
 
     def __str__(self) -> str:
@@ -244,6 +260,7 @@ class WorkItem(models.Model):
 
     class Meta:
         db_table = "durable_work_item"
+        permissions = [("release_workitem", "Can release the claims of work items")]
         constraints = [
             # A run has exactly one advance item, reused for every advance: a wakeup flips it
             # back to pending (or sets `wake` while it is processing), so wakeups never pile
@@ -400,6 +417,7 @@ class Schedule(models.Model):
     class Meta:
         db_table = "durable_schedule"
         ordering = ["slug"]
+        permissions = [("trigger_schedule", "Can start a schedule's workflow now")]
         indexes = [
             # The scheduler's path: active schedules by their next fire time.
             models.Index(fields=["next_fire_at"], condition=Q(status="active"), name="durable_schedule_due"),
@@ -413,3 +431,73 @@ class Schedule(models.Model):
         from .schedules import upcoming
 
         return upcoming(self, count)
+
+
+class WorkflowEvent(models.Model):
+    """One entry of a run's audit trail: something done to the run from outside, by whom, when.
+
+    The engine's own history is the journal (steps with their times and attempts); this trail
+    holds what operators and code did to a run: starts from the admin, cancels, retries,
+    skipped and edited steps, signals sent by hand, timers fired early.
+    """
+
+    class Type(models.TextChoices):
+        STARTED = "started", "Started"
+        DUPLICATED = "duplicated", "Duplicated"
+        CANCELLED = "cancelled", "Cancel requested"
+        RETRIED = "retried", "Retried from the last checkpoint"
+        FORCE_FAILED = "force_failed", "Forced to fail"
+        STEP_SKIPPED = "step_skipped", "Step skipped"
+        STEP_EDITED = "step_edited", "Step result edited"
+        ROLLBACK_RETRIED = "rollback_retried", "Rollback retried"
+        SIGNAL_SENT = "signal_sent", "Signal sent"
+        WOKEN = "woken", "Timer fired early"
+        CLAIM_RELEASED = "claim_released", "Claim released"
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_default=Now())
+    type = models.CharField(max_length=30, choices=Type.choices)
+    actor = models.CharField(
+        max_length=200, blank=True, default="", help_text="Who did it: a user name, or empty for code."
+    )
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "durable_workflow_event"
+        ordering = ["run", "at", "id"]
+        indexes = [models.Index(fields=["run", "at"], name="durable_event_run")]
+
+    def __str__(self) -> str:
+        return f"{self.get_type_display()} by {self.actor or 'code'}"
+
+
+class Worker(models.Model):
+    """A worker process, as it last reported itself (its maintenance thread writes this row)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    queues = models.CharField(max_length=500, blank=True, default="", help_text="Empty: every queue.")
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    processed = models.PositiveBigIntegerField(default=0, help_text="Work items it finished.")
+    current = models.CharField(max_length=300, blank=True, default="", help_text="What it is doing now.")
+
+    class Meta:
+        db_table = "durable_worker"
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Overview(WorkflowRun):
+    """No table of its own: the admin's overview page (counts, queue lag, throughput) hangs on it."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "overview"
+        verbose_name_plural = "overview"
+        default_permissions = ()  # seeing runs is enough (view_workflowrun)

@@ -26,7 +26,7 @@ from django.db.models import QuerySet
 
 from . import clock, conf, registry, serialization, workpool
 from .exceptions import DurableError
-from .models import Schedule, WorkflowRun, WorkItem
+from .models import Schedule, WorkflowRun
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -45,12 +45,12 @@ class ScheduleError(DurableError, ValueError):
 def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = None,
                     interval: float | dt.timedelta | None = None, timezone: str = "UTC", args=(),
                     kwargs: dict | None = None, overlap: str = "allow", catch_up: str = "none",
-                    queue: str | None = None, enabled: bool = True, declared: bool = False) -> Schedule:
+                    queue: str | None = None, enabled: bool | None = True, declared: bool = False) -> Schedule:
     """Create the schedule `slug`, or bring it in line with this definition; return it.
 
     Idempotent and safe when many processes call it at once (at boot, say): the slug is
     unique. A changed cron, interval or time zone moves the next fire time; `enabled=False`
-    pauses it. Raise ScheduleError naming the bad value, WorkflowNotFound for an unknown workflow.
+    pauses it, `enabled=None` keeps an existing schedule active or paused as it is. Raise ScheduleError naming the bad value, WorkflowNotFound for an unknown workflow.
     """
     definition = _validated(slug, workflow, cron, interval, timezone, overlap, catch_up, queue)
     fields = {
@@ -72,14 +72,14 @@ def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = N
             try:
                 with transaction.atomic(using=db):
                     schedule = Schedule(slug=slug, **fields)
-                    schedule.status = Schedule.Status.ACTIVE if enabled else Schedule.Status.PAUSED
+                    schedule.status = Schedule.Status.PAUSED if enabled is False else Schedule.Status.ACTIVE
                     schedule.next_fire_at = _next_after(schedule, clock.now())
                     schedule.save(using=db, force_insert=True)
                 return schedule
             except IntegrityError:  # another process created it just now
                 schedule = _locked(slug, db)
         changed = {name: value for name, value in fields.items() if getattr(schedule, name) != value}
-        wanted = Schedule.Status.ACTIVE if enabled else Schedule.Status.PAUSED
+        wanted = schedule.status if enabled is None else Schedule.Status.ACTIVE if enabled else Schedule.Status.PAUSED
         if changed or schedule.status != wanted:
             for name, value in changed.items():
                 setattr(schedule, name, value)
@@ -324,6 +324,8 @@ def sync_declared() -> tuple[int, int]:
     declared = {d.name: d for d in registry.definitions() if d.schedule}
     for name, definition in declared.items():
         options = dict(definition.schedule) if isinstance(definition.schedule, dict) else {"cron": definition.schedule}
+        # A declared schedule an operator paused stays paused: only its definition comes from code.
+        options.setdefault("enabled", None)
         ensure_schedule(options.pop("slug", name), name, declared=True, **options)
     stale = Schedule.objects.using(conf.get("DATABASE")).filter(declared=True).exclude(workflow__in=declared)
     removed, _ = stale.delete()

@@ -246,6 +246,10 @@ def test_schedules_declared_on_workflows_are_synced():
     call_command("durable_schedules", "sync")
     assert not Schedule.objects.filter(slug="gone").exists()
     assert schedules.get("tests.nightly").pk == schedule.pk
+    # An operator pauses a declared schedule: the next sync (every worker start) keeps it paused.
+    schedules.pause("tests.nightly")
+    call_command("durable_schedules", "sync")
+    assert schedules.get("tests.nightly").status == "paused"
 
 
 def test_durable_ensure_schedule_is_the_same_function():

@@ -367,3 +367,20 @@ def test_sixteen_claimers_racing_for_one_row_get_one_claim():
     assert all(len(winners) == 1 for winners in results), [len(w) for w in results]
     assert [winners[0] for winners in results] == [run.pk for run in runs]
     assert set(WorkItem.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_a_worker_reports_itself_while_it_runs_and_when_it_stops(start_worker):
+    from django_durable.models import Worker
+
+    worker = start_worker(burst=False, env={"DURABLE_HEARTBEAT_SECONDS": "1"})
+    wait_for(lambda: Worker.objects.filter(stopped_at__isnull=True).exists(), message="the worker's row")
+    row = Worker.objects.get()
+    assert row.queues == "" and row.host and row.pid > 0
+    run = durable.start("tests.three_steps", x=1)
+    assert durable.wait(run.pk, timeout=15) == [1, 2, 3]
+    wait_for(lambda: Worker.objects.get().processed >= 1, message="the worker to report its count")
+    first_seen = Worker.objects.get().last_seen
+    wait_for(lambda: Worker.objects.get().last_seen > first_seen, message="a later report")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    assert Worker.objects.get().stopped_at is not None

@@ -1,18 +1,33 @@
-"""Cancelling runs and retrying their rollback: operator actions on a run's life."""
+"""Operator actions on a run's life: cancel, force fail, retry, retry the rollback, wake, duplicate.
+
+Each takes the run's locks in the workers' order (item, then run), checks the run's state,
+changes it in one transaction with an entry in the run's audit trail, and raises a
+DurableError subclass when the run's state does not allow it. The admin, the REST API and
+the command line call these; `by` names who acted (empty: code).
+"""
 
 from __future__ import annotations
+
+import uuid
 
 from django.db import connections, transaction
 from django.db.models import Case, F, Value, When
 
 from .. import clock, conf, registry, serialization, signals, workpool
-from ..exceptions import Cancelled, InvalidTransition, RunFinished
-from ..models import Timer, WorkflowRun, WorkItem
-from .locks import lock_run
-from .runs import _run_pk
+from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
+from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
+from . import audit
+from .locks import lock_run, lock_unfinished
+from .runs import _run_pk, _set_deadline, create_run, get_run
+
+Status = WorkflowRun.Status
+EventType = WorkflowEvent.Type
+
+# The states retry_run() takes a run from.
+RETRYABLE = frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED})
 
 
-def cancel(run_id, reason: str | None = None) -> WorkflowRun:
+def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> WorkflowRun:
     """Cancel a run and its unfinished children; return the run.
 
     A pending or waiting run ends ``cancelled`` at once, its timers cancelled. A running one is
@@ -24,22 +39,22 @@ def cancel(run_id, reason: str | None = None) -> WorkflowRun:
     db = conf.get("DATABASE")
     error = serialization.dumps_error(Cancelled(reason or "The run was cancelled."))
     with transaction.atomic(using=db):
-        run = _cancel(pk, error, db, root=True)
+        run = _cancel(pk, error, db, root=True, by=by, reason=reason or "")
     return run
 
 
-def _cancel(pk, error: str, db: str, *, root: bool) -> WorkflowRun:
+def _cancel(pk, error: str, db: str, *, root: bool, by: str | None = None, reason: str = "") -> WorkflowRun:
     run = lock_run(pk, db)
-    if run.status == WorkflowRun.Status.CANCELLED or (run.status in WorkflowRun.TERMINAL and not root):
+    if run.status == Status.CANCELLED or (run.status in WorkflowRun.TERMINAL and not root):
         return run
     if run.status in WorkflowRun.TERMINAL:
         raise RunFinished(pk, run.status)
+    if root:
+        audit.record(pk, EventType.CANCELLED, by=by, message=reason, db=db)
     now = clock.db_now()
     items = WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
     # Its branches not started yet never start.
-    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING).update(
-        status=WorkItem.Status.CANCELLED
-    )
+    _cancel_branches(pk, db)
     definition = registry.find(run.workflow)
     if definition is not None and definition.compensate_on_cancel:
         # Its compensations must run first: a worker does that, then ends the run cancelled.
@@ -59,19 +74,40 @@ def _cancel(pk, error: str, db: str, *, root: bool) -> WorkflowRun:
         workpool.notify(db)
     else:
         items.update(status=WorkItem.Status.COMPLETED, wake=False, available_at=now)
-        WorkflowRun.objects.using(db).filter(pk=pk).update(
-            status=WorkflowRun.Status.CANCELLED, cancel_requested_at=now, error=error, waiting_on="",
-            finished_at=now, updated_at=now,
-        )
-        _cancel_timers(pk, db)
-        if run.parent_id is not None and root:
-            workpool.wake([run.parent_id], db=db)  # it may be waiting for this child
-        workflow = run.workflow
-        transaction.on_commit(lambda: signals.send(signals.run_cancelled, workflow, run_id=pk), using=db)
-    for child in WorkflowRun.objects.using(db).filter(parent_id=pk).unfinished().values_list("pk", flat=True):
-        _cancel(child, serialization.dumps_error(Cancelled(f"Its parent run {pk} was cancelled.")), db, root=False)
+        _end(run, Status.CANCELLED, error, db, root=root, cancel_requested_at=now)
+    _cancel_children(pk, f"Its parent run {pk} was cancelled.", db)
     run.refresh_from_db()
     return run
+
+
+def _end(run: WorkflowRun, status: str, error: str, db: str, *, root: bool, **fields) -> None:
+    """End a run that no worker holds: its timers cancelled, its parent woken, the signal sent."""
+    now = clock.db_now()
+    WorkflowRun.objects.using(db).filter(pk=run.pk).update(
+        status=status, error=error, waiting_on="", finished_at=now, updated_at=now, **fields
+    )
+    _cancel_timers(run.pk, db)
+    if run.parent_id is not None and root:
+        workpool.wake([run.parent_id], db=db)  # it may be waiting for this child
+    workflow, pk = run.workflow, run.pk
+    if status == Status.CANCELLED:
+        transaction.on_commit(lambda: signals.send(signals.run_cancelled, workflow, run_id=pk), using=db)
+    else:
+        decoded = serialization.decode(error)
+        transaction.on_commit(
+            lambda: signals.send(signals.run_failed, workflow, run_id=pk, status=status, error=decoded), using=db
+        )
+
+
+def _cancel_children(pk, why: str, db: str) -> None:
+    for child in WorkflowRun.objects.using(db).filter(parent_id=pk).unfinished().values_list("pk", flat=True):
+        _cancel(child, serialization.dumps_error(Cancelled(why)), db, root=False)
+
+
+def _cancel_branches(pk, db: str) -> None:
+    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING).update(
+        status=WorkItem.Status.CANCELLED
+    )
 
 
 def _cancel_timers(pk, db: str) -> None:
@@ -85,7 +121,110 @@ def _cancel_timers(pk, db: str) -> None:
     timers.update(status=Timer.Status.CANCELLED)
 
 
-def retry_rollback(run_id) -> WorkflowRun:
+def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> WorkflowRun:
+    """End an unfinished run ``failed`` now, with no compensation; return it.
+
+    The blunt instrument for a run that must stop whatever it is doing: a worker advancing it
+    loses its claim (it writes nothing more and drops the run at its next checkpoint), its
+    timers and pending branches are cancelled, and its unfinished children are cancelled.
+    Raise WorkflowNotFound, or RunFinished for a run that already ended.
+    """
+    pk = _run_pk(run_id)
+    db = conf.get("DATABASE")
+    error = serialization.dumps_error(ForcedFailure(reason or "An operator forced the run to fail."))
+    with transaction.atomic(using=db):
+        run = lock_unfinished(pk, db)
+        audit.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
+        _take_item(pk, db, WorkItem.Status.COMPLETED)
+        _cancel_branches(pk, db)
+        _end(run, Status.FAILED, error, db, root=True)
+        _cancel_children(pk, f"Its parent run {pk} was forced to fail.", db)
+    run.refresh_from_db()
+    return run
+
+
+def _take_item(pk, db: str, status: str) -> None:
+    """Set the run's advance item to `status`, taking it from any worker that holds it (fenced out)."""
+    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).update(
+        status=status, claim_token=None, claimed_by="", claim_expires_at=None, wake=False, step_key="",
+        attempts=0, available_at=clock.db_now(),
+    )
+
+
+def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
+    """Run a failed, timed-out or cancelled run again from its last checkpoint; return it.
+
+    Its completed steps keep their results and never run again; the steps that failed or were
+    in progress run again with fresh attempts, and so do its children that failed, timed out
+    or were cancelled. The run gets a fresh budget of run attempts and, if its workflow has a
+    timeout, a fresh deadline. Raise WorkflowNotFound, or InvalidTransition for a run in
+    another state or one whose compensations already ran (start a new run: duplicate()).
+    """
+    pk = _run_pk(run_id)
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        run = lock_run(pk, db)
+        check_restartable(run, db)
+        audit.record(pk, EventType.RETRIED, by=by, data={"from": run.status}, db=db)
+        restart(run, db)
+    run.refresh_from_db()
+    return run
+
+
+def check_restartable(run: WorkflowRun, db: str, *, rollback: bool = False) -> None:
+    """Raise InvalidTransition unless `run` may go again from its last checkpoint.
+
+    With `rollback`, a ``compensation_failed`` run may (its rollback goes on).
+    """
+    allowed = RETRYABLE | {Status.COMPENSATION_FAILED} if rollback else RETRYABLE
+    if run.status not in allowed:
+        raise InvalidTransition(
+            f"Workflow run {run.pk} is {run.status}: only a failed, timed-out or cancelled run can be retried."
+        )
+    if not rollback and Step.objects.using(db).filter(run_id=run.pk, kind=Step.Kind.ROLLBACK).exists():
+        raise InvalidTransition(
+            f"The compensations of workflow run {run.pk} already ran, so it cannot go on from its last "
+            f"checkpoint; start a new run (duplicate it) instead."
+        )
+    if WorkItem.objects.using(db).filter(
+        run_id=run.pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PROCESSING
+    ).exists():
+        raise InvalidTransition(
+            f"A worker is still running a branch of workflow run {run.pk}; retry it when that branch ends."
+        )
+
+
+def restart(run: WorkflowRun, db: str) -> None:
+    """Put a locked, finished run back in the queue at its last checkpoint (and its failed children)."""
+    now = clock.db_now()
+    unfinished_children = [
+        uuid.uuid5(run.pk, key)
+        for key in Step.objects.using(db).filter(run_id=run.pk, kind=Step.Kind.CHILD)
+        .exclude(status=Step.Status.COMPLETED).values_list("key", flat=True)
+    ]
+    # What did not complete runs again; a parallel group is made again, and its branches that
+    # completed are counted off without running (see run_branch).
+    Step.objects.using(db).filter(run_id=run.pk).exclude(status=Step.Status.COMPLETED).delete()
+    _cancel_branches(run.pk, db)
+    _cancel_timers(run.pk, db)
+    WorkflowRun.objects.using(db).filter(pk=run.pk).update(
+        status=Status.PENDING, result=None, error=None, finished_at=None, waiting_on="", cancel_requested_at=None,
+        attempt=1, deadline_at=None, updated_at=now,
+    )
+    definition = registry.find(run.workflow)
+    if definition is not None and definition.timeout is not None:
+        _set_deadline(run, definition.timeout, db)
+    _take_item(run.pk, db, WorkItem.Status.PENDING)
+    for child_id in unfinished_children:
+        child = WorkflowRun.objects.using(db).filter(pk=child_id).values_list("status", flat=True).first()
+        if child in RETRYABLE:
+            child_run = lock_run(child_id, db)
+            check_restartable(child_run, db)
+            restart(child_run, db)
+    workpool.notify(db)
+
+
+def retry_rollback(run_id, *, by: str | None = None) -> WorkflowRun:
     """Try the remaining compensations of a ``compensation_failed`` run again; return the run.
 
     The compensations that failed are forgotten (they run again, with fresh attempts) and the
@@ -96,16 +235,15 @@ def retry_rollback(run_id) -> WorkflowRun:
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
-        if run.status != WorkflowRun.Status.COMPENSATION_FAILED:
+        if run.status != Status.COMPENSATION_FAILED:
             raise InvalidTransition(
                 f"Workflow run {pk} is {run.status}, not compensation_failed: there is no rollback to retry."
             )
-        from ..models import Step
-
+        audit.record(pk, EventType.ROLLBACK_RETRIED, by=by, db=db)
         Step.objects.using(db).filter(run_id=pk, kind=Step.Kind.ROLLBACK, status=Step.Status.FAILED).delete()
         now = clock.db_now()
         WorkflowRun.objects.using(db).filter(pk=pk).update(
-            status=WorkflowRun.Status.PENDING, finished_at=None, waiting_on="", updated_at=now
+            status=Status.PENDING, finished_at=None, waiting_on="", updated_at=now
         )
         WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).update(
             status=WorkItem.Status.PENDING, available_at=now, attempts=0, wake=False
@@ -113,3 +251,96 @@ def retry_rollback(run_id) -> WorkflowRun:
         workpool.notify(db)
     run.refresh_from_db()
     return run
+
+
+# Timers that only make a run wait: firing them early is safe. A wait's timeout and the run's
+# deadline end in failure when they fire, so they fire early only when named.
+WAKE_KINDS = (Timer.Kind.SLEEP, Timer.Kind.RETRY, Timer.Kind.DELAYED_START)
+
+
+def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
+    """Fire the run's pending sleeps, back-offs and delayed start now; return how many fired.
+
+    With `timer_id`, fire just that timer, whatever its kind: a wait's timeout then times the
+    wait out, the run's deadline times the run out. Raise WorkflowNotFound, RunFinished for a
+    finished run, InvalidTransition if there is nothing to fire.
+    """
+    pk = _run_pk(run_id)
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        lock_unfinished(pk, db)
+        now = clock.db_now()
+        timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
+        timers = timers.filter(pk=timer_id) if timer_id is not None else timers.filter(kind__in=WAKE_KINDS)
+        rows = list(timers.values_list("id", "kind", "step_key"))
+        branches = WorkItem.objects.none()
+        if timer_id is None:  # branches waiting out a back-off
+            branches = WorkItem.objects.using(db).filter(
+                run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING, available_at__gt=now
+            )
+        fired = len(rows) + branches.update(available_at=now)
+        if not fired:
+            raise InvalidTransition(f"Workflow run {pk} has no pending timer to fire.")
+        steps = Step.objects.using(db).filter(run_id=pk)
+        for _, kind, key in rows:
+            # The journal keeps the time a wait ends: move it, or the replay would wait again.
+            if kind in (Timer.Kind.SLEEP, Timer.Kind.SIGNAL_TIMEOUT) and key:
+                steps.filter(key=key, status=Step.Status.WAITING).update(deadline_at=now)
+            elif kind == Timer.Kind.RETRY and key:
+                steps.filter(key=key, status=Step.Status.RETRYING).update(retry_at=now)
+            elif kind == Timer.Kind.DEADLINE:
+                WorkflowRun.objects.using(db).filter(pk=pk).update(deadline_at=now)
+        Timer.objects.using(db).filter(pk__in=[r[0] for r in rows]).update(
+            status=Timer.Status.FIRED, fire_at=now, fired_at=now
+        )
+        workpool.wake([pk], db=db)
+        audit.record(pk, EventType.WOKEN, by=by, data={"timers": [f"{kind} {key}".strip() for _, kind, key in rows]},
+                     db=db)
+    return fired
+
+
+def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:
+    """Start a new run of the same workflow with the same input, queue and priority; return it.
+
+    Raise WorkflowNotFound for an unknown run, or one whose workflow is no longer registered.
+    """
+    source = get_run(run_id)
+    definition = registry.get(source.workflow)
+    arguments = source.get_input() or {}
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        run = create_run(definition, arguments.get("args", []), arguments.get("kwargs", {}), queue=source.queue,
+                         priority=source.priority)
+        audit.record(run.pk, EventType.DUPLICATED, by=by, message=f"A duplicate of run {source.pk}.",
+                     data={"source": str(source.pk)}, db=db)
+        audit.record(source.pk, EventType.DUPLICATED, by=by, message=f"Duplicated as run {run.pk}.",
+                     data={"duplicate": str(run.pk)}, db=db)
+    return run
+
+
+def release_claim(item_id: int, *, by: str | None = None) -> bool:
+    """Return a claimed work item to the queue now, taking it from its worker; return whether it was claimed.
+
+    For a claim whose worker hangs but keeps renewing its lease. The worker writes nothing
+    more for it (its writes are fenced by the claim); the step it was running may run again.
+    """
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        item = WorkItem.objects.using(db).filter(pk=item_id).values_list("run_id", "claimed_by", "kind").first()
+        if item is None:
+            return False
+        run_id, claimed_by, kind = item
+        released = WorkItem.objects.using(db).filter(pk=item_id, status=WorkItem.Status.PROCESSING).update(
+            status=WorkItem.Status.PENDING, claim_token=None, claimed_by="", claim_expires_at=None,
+            available_at=clock.db_now(), last_error=f"Claim of {claimed_by} released by {by or 'code'}."[:2000],
+        )
+        if released and run_id is not None:
+            if kind == WorkItem.Kind.ADVANCE:
+                WorkflowRun.objects.using(db).filter(pk=run_id, status=Status.RUNNING).update(
+                    status=Status.PENDING, updated_at=clock.db_now()
+                )
+            audit.record(run_id, EventType.CLAIM_RELEASED, by=by, message=f"Taken from worker {claimed_by}.",
+                         data={"item": item_id, "kind": kind}, db=db)
+        if released:
+            workpool.notify(db)
+    return bool(released)

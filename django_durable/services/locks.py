@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..exceptions import WorkflowNotFound
+from ..exceptions import RunFinished, WorkflowNotFound
 from ..models import WorkflowRun, WorkItem
 
 
@@ -22,3 +22,11 @@ def lock_run(pk, db: str) -> WorkflowRun:
     return run
 
 
+
+
+def lock_unfinished(pk, db: str) -> WorkflowRun:
+    """lock_run(), and raise RunFinished if the run already ended."""
+    run = lock_run(pk, db)
+    if run.status in WorkflowRun.TERMINAL:
+        raise RunFinished(pk, run.status)
+    return run

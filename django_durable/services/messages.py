@@ -7,10 +7,10 @@ from typing import Any
 from django.db import transaction
 
 from .. import conf, serialization, workpool
-from ..exceptions import RunFinished
+
 from ..models import SignalMessage, Step, WorkflowRun
 from .runs import _run_pk
-from .locks import lock_run
+from .locks import lock_unfinished
 
 
 def _check_name(name, what: str) -> None:
@@ -18,22 +18,22 @@ def _check_name(name, what: str) -> None:
         raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {str(name)[:80]!r}.")
 
 
-def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | None = None) -> SignalMessage:
+def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | None = None,
+           by: str | None = None) -> SignalMessage:
     """Send the signal `name` with `payload` to a run; return the stored SignalMessage.
 
     The run takes it with ``ctx.wait_for_signal(name)``, now or later: signals wait in FIFO
     order. With an `idempotency_key`, sending again returns the first message and stores
     nothing. Raise WorkflowNotFound for an unknown run, RunFinished for a finished one (nothing
     is stored then), NotSerializable or PayloadTooLarge for a payload that cannot be stored.
+    With `by` (who sent it by hand), the signal goes into the run's audit trail.
     """
     _check_name(name, "signal")
     text = serialization.encode(payload, what="signal payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     pk = _run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
-        run = lock_run(pk, db)
-        if run.status in WorkflowRun.TERMINAL:
-            raise RunFinished(pk, run.status)
+        lock_unfinished(pk, db)
         message = SignalMessage(run_id=pk, name=name, payload=text, idempotency_key=idempotency_key)
         if idempotency_key is None:
             message.save(using=db)
@@ -41,6 +41,12 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
             SignalMessage.objects.using(db).bulk_create([message], ignore_conflicts=True)
             message = SignalMessage.objects.using(db).get(run_id=pk, idempotency_key=idempotency_key)
         workpool.wake([pk], db=db)
+        if by is not None:
+            from ..models import WorkflowEvent
+            from . import audit
+
+            audit.record(pk, WorkflowEvent.Type.SIGNAL_SENT, by=by, message=f"Signal {name!r}",
+                         data={"name": name, "payload": text[:4000], "message": message.pk}, db=db)
     return message
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from .. import clock, conf, registry, serialization, workpool
 from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
-from ..models import Timer, WorkflowRun, WorkItem
+from ..models import Timer, WorkflowEvent, WorkflowRun, WorkItem
 
 
 def start(
@@ -38,7 +38,34 @@ def start(
     NotSerializable or PayloadTooLarge for arguments that cannot be stored, ValueError for a bad
     option; nothing is written then.
     """
+    return start_run(workflow, args, kwargs, idempotency_key=idempotency_key, queue=queue, priority=priority,
+                     run_at=run_at, delay=delay)
+
+
+def start_run(
+    workflow: str | Callable,
+    args: list | tuple = (),
+    kwargs: dict | None = None,
+    *,
+    idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: dt.datetime | None = None,
+    delay: dt.timedelta | float | None = None,
+    by: str | None = None,
+) -> WorkflowRun:
+    """start() with the arguments as a list and a dict, for callers that hold them as data.
+
+    The admin, the REST API and the command line start runs here; `by` (who started it)
+    goes into the run's audit trail. Raise as start() does, and TypeError for `args` that is
+    not a list or `kwargs` that is not a dict with string keys.
+    """
     definition = registry.get(workflow)
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(args, (list, tuple)):
+        raise TypeError(f"The arguments must be a list, not {type(args).__name__}.")
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise TypeError("The keyword arguments must be an object with string keys.")
     if run_at is not None and delay is not None:
         raise ValueError("Give run_at or delay, not both.")
     if run_at is not None and (not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at)):
@@ -48,8 +75,17 @@ def start(
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
             raise ValueError(f"delay must be a timedelta or a number of seconds >= 0, not {delay!r}.")
         run_at = clock.now() + dt.timedelta(seconds=seconds)
-    return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                      priority=priority, run_at=run_at)
+    if by is None:
+        return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
+                          priority=priority, run_at=run_at)
+    from . import audit
+
+    db = conf.get("DATABASE")
+    with transaction.atomic(using=db):
+        run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
+                         priority=priority, run_at=run_at)
+        audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
+    return run
 
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,

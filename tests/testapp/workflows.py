@@ -380,3 +380,54 @@ def tick(ctx, label="tick"):
 @durable.workflow("tests.nightly", schedule={"cron": "0 3 * * *", "timezone": "Europe/Paris"})
 def nightly(ctx):
     return "report"
+
+
+# -- operator actions -------------------------------------------------------------------------------
+
+
+def fails_while_flagged(run_id, key, flag):
+    """Fail for good while the file `flag` exists."""
+    ledger.record(run_id, key)
+    if os.path.exists(flag):
+        raise durable.NonRetryableError(f"{key} is broken while {os.path.basename(flag)} exists")
+    return key
+
+
+@durable.workflow("tests.flaky_middle")
+def flaky_middle(ctx, flag):
+    a = ctx.step("a", mark, ctx.run_id, "a")
+    b = ctx.step("b", fails_while_flagged, ctx.run_id, "b", flag)
+    c = ctx.step("c", mark, ctx.run_id, "c")
+    return [a, b, c]
+
+
+@durable.workflow("tests.flaky_child")
+def flaky_child(ctx, flag):
+    return ctx.step("work", fails_while_flagged, ctx.run_id, "work", flag)
+
+
+@durable.workflow("tests.flaky_parent")
+def flaky_parent(ctx, flag):
+    before = ctx.step("before", mark, ctx.run_id, "before")
+    return [before, ctx.child("kid", flaky_child, flag)]
+
+
+@durable.workflow("tests.edited")
+def edited(ctx):
+    a = ctx.step("a", mark, ctx.run_id, "a", 1)
+    ctx.wait_for_signal("go")
+    return a
+
+
+@durable.workflow("tests.timed_waiter", timeout=60)
+def timed_waiter(ctx):
+    ctx.step("a", mark, ctx.run_id, "a")
+    ctx.wait_for_signal("go")
+    return "done"
+
+
+@durable.workflow("tests.slow_branch")
+def slow_branch(ctx):
+    slow = durable.RetryPolicy(max_attempts=3, initial_backoff=3600, jitter=0)
+    return ctx.parallel([ctx.call("ok", mark, ctx.run_id, "ok"),
+                         ctx.call("flaky", fail_first, ctx.run_id, "flaky", retry=slow)], key="both")

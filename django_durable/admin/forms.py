@@ -1,0 +1,90 @@
+"""The forms behind the admin's parametrised actions; JSON is parsed and checked as the services would."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from .. import conf, registry, serialization
+from ..exceptions import NotSerializable, PayloadTooLarge
+
+MISSING = object()
+
+
+class JSONValueField(forms.CharField):
+    """JSON text in, the Python value out; within DURABLE_MAX_PAYLOAD_BYTES."""
+
+    widget = forms.Textarea(attrs={"rows": 6, "cols": 80, "class": "vLargeTextField durable-json", "spellcheck": "false"})
+
+    def __init__(self, *, expect: type | None = None, **kwargs):
+        self.expect = expect
+        kwargs.setdefault("required", False)
+        super().__init__(strip=True, **kwargs)
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        if text in ("", None):
+            value = [] if self.expect is list else {} if self.expect is dict else None
+        else:
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise ValidationError(f"This is not valid JSON: {exc}.") from None
+        if self.expect is not None and not isinstance(value, self.expect):
+            raise ValidationError(f"Enter a JSON {'list' if self.expect is list else 'object'}.")
+        try:
+            serialization.encode(value, what="value", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+        except (NotSerializable, PayloadTooLarge) as exc:
+            raise ValidationError(str(exc)) from None
+        return value
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        required=False, max_length=500, widget=forms.TextInput(attrs={"size": 80}),
+        help_text="Recorded as the run's error and in its audit trail.",
+    )
+
+
+class NoForm(forms.Form):
+    """A confirmation without parameters."""
+
+
+class StepForm(forms.Form):
+    key = forms.CharField(max_length=255, help_text="The step's key in the journal.")
+    result = JSONValueField(label="Result (JSON)", help_text="What the workflow receives from the step.")
+
+    def __init__(self, *args, keys=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.keys = list(keys)
+        self.fields["key"].widget.attrs.update({"list": "durable-step-keys", "size": 60, "autocomplete": "off"})
+
+
+class SignalForm(forms.Form):
+    name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"size": 40}))
+    payload = JSONValueField(label="Payload (JSON)", help_text="Empty for null.")
+    idempotency_key = forms.CharField(
+        max_length=255, required=False, help_text="Optional: sending again with this key stores nothing new."
+    )
+
+
+class WakeForm(forms.Form):
+    timer = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+
+class StartForm(forms.Form):
+    workflow = forms.ChoiceField(choices=(), error_messages={"invalid_choice": "Select a registered workflow."})
+    args = JSONValueField(expect=list, label="Positional arguments (JSON list)", initial="[]")
+    kwargs = JSONValueField(expect=dict, label="Keyword arguments (JSON object)", initial="{}")
+    queue = forms.CharField(max_length=100, required=False, help_text="Empty: the workflow's own queue.")
+    idempotency_key = forms.CharField(
+        max_length=255, required=False, help_text="Optional: starting again with this key returns the first run."
+    )
+    delay = forms.FloatField(required=False, min_value=0, label="Delay (seconds)", help_text="Optional: start later.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Only registered names are offered or accepted: nothing is ever imported from a name.
+        self.fields["workflow"].choices = [(name, name) for name in registry.names()]

@@ -1,0 +1,701 @@
+"""The runs: a list that stays fast on a large table, a detail page with the journal and its
+timeline, and the operator actions, each behind its own permission and through the services."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Exists, Min, OuterRef, Q
+from django.db.models.functions import Substr
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .. import registry, serialization, services
+from ..exceptions import DurableError
+from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
+from . import display, forms, timeline
+from .base import DurableAdmin, parse_uuid
+
+Status = WorkflowRun.Status
+FAILURES = (Status.FAILED, Status.TIMED_OUT, Status.COMPENSATION_FAILED)
+BULK_LIMIT = 1000  # runs one bulk action handles at a time
+STEPS_PER_PAGE = 200
+
+
+# -- filters: none of them reads the table to list its choices ------------------------------------
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in registry.names()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(workflow=self.value()) if self.value() else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        queues = {"default"} | {d.queue for d in registry.definitions()}
+        return [(name, name) for name in sorted(queues)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class ErrorFilter(admin.SimpleListFilter):
+    title = "error"
+    parameter_name = "has_error"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Has an error"), ("no", "No error")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(error__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(error__isnull=True)
+        return queryset
+
+
+def stuck_runs(queryset, *, lease_expired=True, nothing_pending=True):
+    """Unfinished runs whose worker's lease expired, or that nothing will ever advance.
+
+    Nothing will advance a run that has no queued or claimed work item, no pending timer, no
+    wait for a signal or event (those come from outside), and no unfinished child.
+    """
+    now = timezone.now()
+    run = OuterRef("pk")
+    expired = Exists(WorkItem.objects.filter(run=run, status=WorkItem.Status.PROCESSING, claim_expires_at__lt=now))
+    idle = (
+        ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
+        & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
+        & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING, kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT]))
+        & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
+    )
+    condition = Q()
+    if lease_expired and nothing_pending:
+        condition = expired | idle
+    elif lease_expired:
+        condition = expired
+    else:
+        condition = idle
+    return queryset.exclude(status__in=WorkflowRun.TERMINAL).filter(condition)
+
+
+class StuckFilter(admin.SimpleListFilter):
+    title = "stuck"
+    parameter_name = "stuck"
+
+    def lookups(self, request, model_admin):
+        return [("any", "Stuck"), ("lease", "Worker's lease expired"), ("idle", "Nothing will advance it")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "any":
+            return stuck_runs(queryset)
+        if self.value() == "lease":
+            return stuck_runs(queryset, nothing_pending=False)
+        if self.value() == "idle":
+            return stuck_runs(queryset, lease_expired=False)
+        return queryset
+
+
+class RunChangeList(ChangeList):
+    def get_queryset(self, request, *args, **kwargs):
+        # The big columns stay in the database; the list shows the start of the error only.
+        return (
+            super().get_queryset(request, *args, **kwargs)
+            .defer("input", "result", "error")
+            .annotate(error_head=Substr("error", 1, 600))
+        )
+
+    def get_results(self, request):
+        super().get_results(request)
+        self.result_list = list(self.result_list)
+        decorate(self.result_list, payloads=self.model_admin.can_see_payloads(request))
+
+
+def decorate(runs: list[WorkflowRun], *, payloads: bool) -> None:
+    """Load the page's current steps and next wake-ups in two queries (not two per row)."""
+    pks = [run.pk for run in runs]
+    current: dict = {}
+    open_steps = (
+        Step.objects.filter(run_id__in=pks).exclude(status=Step.Status.COMPLETED)
+        .order_by("run_id", "seq").values_list("run_id", "key", "status")
+    )
+    for run_id, key, status in open_steps:
+        current[run_id] = (key, status)  # the latest open entry of each run
+    wakes = dict(
+        Timer.objects.filter(run_id__in=pks, status=Timer.Status.PENDING).order_by()
+        .values("run_id").annotate(at=Min("fire_at")).values_list("run_id", "at")
+    )
+    for run in runs:
+        run.current_step = current.get(run.pk)
+        run.next_wake = wakes.get(run.pk)
+        run.show_error_message = payloads
+
+
+# -- actions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunAction:
+    """An operator action on one run: its permission, its form, the service it calls, its wording."""
+
+    name: str
+    title: str
+    permission: str
+    form: type
+    perform: Callable  # (run, cleaned_data, by) -> str: what was done
+    explain: str = ""
+    destructive: bool = False
+
+
+def _cancel(run, data, by):
+    services.cancel(run.pk, data.get("reason") or None, by=by)
+    return "Cancel requested" + (f": {data['reason']}" if data.get("reason") else "")
+
+
+def _retry(run, data, by):
+    services.retry_run(run.pk, by=by)
+    return "Retried from the last checkpoint"
+
+
+def _force_fail(run, data, by):
+    services.force_fail(run.pk, data.get("reason") or None, by=by)
+    return "Forced to fail" + (f": {data['reason']}" if data.get("reason") else "")
+
+
+def _retry_rollback(run, data, by):
+    services.retry_rollback(run.pk, by=by)
+    return "Rollback retried"
+
+
+def _skip(run, data, by):
+    services.skip_step(run.pk, data["key"], data["result"], by=by)
+    return f"Skipped step {data['key']!r}"
+
+
+def _edit(run, data, by):
+    services.edit_step_result(run.pk, data["key"], data["result"], by=by)
+    return f"Edited the result of step {data['key']!r}"
+
+
+def _signal(run, data, by):
+    services.signal(run.pk, data["name"], data["payload"], idempotency_key=data.get("idempotency_key") or None, by=by)
+    return f"Sent signal {data['name']!r}"
+
+
+def _wake(run, data, by):
+    fired = services.wake(run.pk, data.get("timer"), by=by)
+    return f"Fired {fired} timer(s) early"
+
+
+def _duplicate(run, data, by):
+    copy = services.duplicate(run.pk, by=by)
+    return f"Duplicated as run {copy.pk}"
+
+
+ACTIONS = {
+    action.name: action
+    for action in [
+        RunAction("cancel", "Cancel", "cancel_workflowrun", forms.ReasonForm, _cancel, destructive=True,
+                  explain="A waiting or pending run ends cancelled now; a running one stops at its next checkpoint. "
+                          "Its unfinished children are cancelled too."),
+        RunAction("retry", "Retry from the last checkpoint", "retry_workflowrun", forms.NoForm, _retry,
+                  explain="Completed steps keep their results and do not run again; the failed step and those "
+                          "after it run with fresh attempts."),
+        RunAction("force-fail", "Force fail", "forcefail_workflowrun", forms.ReasonForm, _force_fail,
+                  destructive=True,
+                  explain="The run ends failed now, without compensation. A worker running it loses its claim; "
+                          "the step in progress may have had effects that are not recorded."),
+        RunAction("retry-rollback", "Retry the rollback", "retryrollback_workflowrun", forms.NoForm,
+                  _retry_rollback, explain="The compensations that failed run again; those that completed do not."),
+        RunAction("skip-step", "Skip a step", "skipstep_workflowrun", forms.StepForm, _skip, destructive=True,
+                  explain="The step's function is not called again: the workflow receives the result you give. "
+                          "A failed run goes on from its last checkpoint."),
+        RunAction("edit-step", "Edit a step's result", "editstep_workflowrun", forms.StepForm, _edit,
+                  destructive=True,
+                  explain="Later replays of the run see the new result; steps that already used the old one "
+                          "do not run again."),
+        RunAction("signal", "Send a signal", "signal_workflowrun", forms.SignalForm, _signal,
+                  explain="The run takes it with ctx.wait_for_signal(name), now or later."),
+        RunAction("wake", "Wake now", "wake_workflowrun", forms.WakeForm, _wake,
+                  explain="Sleeps, back-offs and a delayed start end now. A named timeout or deadline fires too, "
+                          "which times its wait or the run out."),
+        RunAction("duplicate", "Duplicate", "start_workflowrun", forms.NoForm, _duplicate,
+                  explain="Starts a new run of the same workflow with the same input, queue and priority."),
+    ]
+}
+
+# The bulk actions of the list: (action, verb for the message).
+BULK = {"cancel": "Cancelled", "retry": "Retried", "force-fail": "Forced to fail",
+        "retry-rollback": "Retried the rollback of", "wake": "Woke", "duplicate": "Duplicated"}
+
+
+@admin.register(WorkflowRun)
+class WorkflowRunAdmin(DurableAdmin):
+    list_display = ["short_id", "workflow", "status_badge", "waiting", "step", "attempts", "queue", "created",
+                    "took", "next_wake_up", "last_error"]
+    list_display_links = ["short_id"]
+    list_filter = ["status", WorkflowFilter, QueueFilter, ErrorFilter, StuckFilter]
+    search_fields = ["workflow"]  # shows the box; get_search_results decides
+    search_help_text = "A run id (or its last 8 digits), a workflow name, or an idempotency key."
+    date_hierarchy = "created_at"
+    ordering = ["-created_at"]
+    list_per_page = 50
+    actions = ["cancel_runs", "retry_runs", "force_fail_runs", "retry_rollback_runs", "wake_runs", "duplicate_runs",
+               "delete_finished_runs"]
+
+    # -- permissions --------------------------------------------------------------------------
+
+    def has_delete_permission(self, request, obj=None):
+        # Only finished runs: deleting one a worker is advancing would pull its journal away.
+        if obj is not None and not obj.is_finished:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs, request):
+        """A run's journal, items, timers, signals and trail go with it: no permission of their own is
+        needed, and they are counted rather than listed (a run may have thousands of steps)."""
+        runs = [run for run in objs if run.is_finished]
+        pks = [run.pk for run in runs]
+        related = [Step, WorkItem, Timer, SignalMessage, WorkflowEvent]
+        counts = {model._meta.verbose_name_plural: model.objects.filter(run_id__in=pks).count() for model in related}
+        counts = {name: count for name, count in counts.items() if count}
+        counts[self.opts.verbose_name_plural] = len(runs)
+        return [str(run) for run in runs], counts, set(), []
+
+    def can_see_payloads(self, request) -> bool:
+        return self.has_custom_permission(request, "view_payload_workflowrun")
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # it would not keep to finished runs; delete_finished_runs does
+        return actions
+
+    def get_changelist(self, request, **kwargs):
+        return RunChangeList
+
+    # -- the list -----------------------------------------------------------------------------
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        pk = parse_uuid(term)
+        if pk is not None:
+            return queryset.filter(pk=pk), False
+        condition = Q(workflow=term) | Q(idempotency_key=term)
+        if re.fullmatch(r"[0-9a-fA-F]{8,12}", term):
+            condition |= Q(id__endswith=term.lower())
+        return queryset.filter(condition), False
+
+    @admin.display(description="run", ordering="id")
+    def short_id(self, run):
+        return format_html('<code title="{}">{}</code>', run.pk, display.short_id(run.pk))
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run):
+        label = run.status.replace("_", " ")
+        if run.cancel_requested_at and not run.is_finished:
+            label += " (cancelling)"
+        return display.status_badge(run.status, label)
+
+    @admin.display(description="waiting on")
+    def waiting(self, run):
+        text = run.waiting_on
+        return text if len(text) <= 60 else text[:59] + "…"
+
+    @admin.display(description="current step")
+    def step(self, run):
+        current = getattr(run, "current_step", None)
+        if not current:
+            return ""
+        key, status = current
+        return format_html('{} <span class="durable-muted">({})</span>', key if len(key) <= 40 else key[:39] + "…", status)
+
+    @admin.display(description="attempt")
+    def attempts(self, run):
+        return f"{run.attempt}/{run.max_attempts}" if run.max_attempts > 1 else str(run.attempt)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, run):
+        return format_html('<span title="{}">{}</span>', run.created_at.isoformat(sep=" ", timespec="seconds"),
+                           display.relative(run.created_at))
+
+    @admin.display(description="duration")
+    def took(self, run):
+        if run.started_at is None:
+            return ""
+        return display.duration(display.between(run.started_at, run.finished_at))
+
+    @admin.display(description="next wake-up")
+    def next_wake_up(self, run):
+        when = getattr(run, "next_wake", None)
+        if when is None:
+            return ""
+        return format_html('<span title="{}">{}</span>', when.isoformat(sep=" ", timespec="seconds"),
+                           display.relative(when))
+
+    @admin.display(description="last error")
+    def last_error(self, run):
+        head = getattr(run, "error_head", None)
+        if not head:
+            return ""
+        # The message may hold data from the run's input: only the error's type without the permission.
+        return display.error_summary(head, with_message=getattr(run, "show_error_message", False), limit=90)
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {
+            "can_start": self.has_custom_permission(request, "start_workflowrun"),
+            "overview_url": reverse(f"{self.admin_site.name}:django_durable_overview_changelist"),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra)
+
+    # -- bulk actions -------------------------------------------------------------------------
+
+    def _bulk(self, request, queryset, name: str):
+        action = ACTIONS[name]
+        needs_form = action.form not in (forms.NoForm, forms.WakeForm)
+        form = action.form(request.POST if "apply" in request.POST else None)
+        runs = list(queryset.only("pk", "workflow", "status").order_by()[: BULK_LIMIT + 1])
+        over = len(runs) > BULK_LIMIT
+        runs = runs[:BULK_LIMIT]
+        if (needs_form or action.destructive) and not ("apply" in request.POST and form.is_valid()):
+            return TemplateResponse(request, "admin/django_durable/workflowrun/action.html", self.page_context(
+                request, f"{action.title}: {len(runs)} run(s)", action=action, form=form, runs=runs[:20],
+                count=len(runs), more=len(runs) - 20, bulk=True, selected=[str(r.pk) for r in runs], over=over,
+                action_name=request.POST.get("action", ""),
+            ))
+        data = form.cleaned_data if form.is_bound and form.is_valid() else {}
+        by = request.user.get_username()
+        done, reasons = 0, Counter()
+        for run in runs:
+            try:
+                what = action.perform(run, data, by)
+            except DurableError as exc:
+                reasons[_reason(exc)] += 1
+                continue
+            done += 1
+            self.log_change(request, run, what)
+        skipped = sum(reasons.values())
+        text = f"{BULK[name]} {done} run(s); {skipped} skipped"
+        if reasons:
+            text += " (" + "; ".join(f"{count} × {why}" for why, count in reasons.most_common(3)) + ")"
+        if over:
+            text += f". Only the first {BULK_LIMIT} selected runs were handled; run the action again for the rest"
+        self.message_user(request, text + ".", messages.SUCCESS if done else messages.WARNING)
+        return None
+
+    @admin.action(description="Cancel selected runs…", permissions=["cancel"])
+    def cancel_runs(self, request, queryset):
+        return self._bulk(request, queryset, "cancel")
+
+    @admin.action(description="Retry selected runs from their last checkpoint…", permissions=["retry"])
+    def retry_runs(self, request, queryset):
+        return self._bulk(request, queryset, "retry")
+
+    @admin.action(description="Force selected runs to fail…", permissions=["forcefail"])
+    def force_fail_runs(self, request, queryset):
+        return self._bulk(request, queryset, "force-fail")
+
+    @admin.action(description="Retry the rollback of selected runs…", permissions=["retryrollback"])
+    def retry_rollback_runs(self, request, queryset):
+        return self._bulk(request, queryset, "retry-rollback")
+
+    @admin.action(description="Wake selected runs now (sleeps and back-offs)", permissions=["wake"])
+    def wake_runs(self, request, queryset):
+        return self._bulk(request, queryset, "wake")
+
+    @admin.action(description="Duplicate selected runs", permissions=["start"])
+    def duplicate_runs(self, request, queryset):
+        return self._bulk(request, queryset, "duplicate")
+
+    @admin.action(description="Delete selected finished runs…", permissions=["delete"])
+    def delete_finished_runs(self, request, queryset):
+        finished = queryset.filter(status__in=WorkflowRun.TERMINAL)
+        runs = list(finished.only("pk", "workflow", "status").order_by()[:BULK_LIMIT])
+        skipped = queryset.exclude(status__in=WorkflowRun.TERMINAL).count()
+        if "apply" not in request.POST:
+            return TemplateResponse(request, "admin/django_durable/workflowrun/action.html", self.page_context(
+                request, f"Delete {len(runs)} finished run(s)", action=RunAction(
+                    "delete", "Delete", "delete_workflowrun", forms.NoForm, None, destructive=True,
+                    explain="Their journal, timers, signals and audit trail are deleted with them. "
+                            f"{skipped} unfinished run(s) among those selected are kept."),
+                form=forms.NoForm(), runs=runs[:20], count=len(runs), more=len(runs) - 20, bulk=True,
+                selected=[str(r.pk) for r in runs], action_name=request.POST.get("action", ""),
+            ))
+        doomed = WorkflowRun.objects.filter(pk__in=[r.pk for r in runs], status__in=WorkflowRun.TERMINAL)
+        self.log_deletions(request, doomed)
+        doomed.delete()
+        self.message_user(request, f"Deleted {len(runs)} run(s); {skipped} skipped (unfinished).", messages.SUCCESS)
+        return None
+
+    def has_cancel_permission(self, request):
+        return self.has_custom_permission(request, "cancel_workflowrun")
+
+    def has_retry_permission(self, request):
+        return self.has_custom_permission(request, "retry_workflowrun")
+
+    def has_forcefail_permission(self, request):
+        return self.has_custom_permission(request, "forcefail_workflowrun")
+
+    def has_retryrollback_permission(self, request):
+        return self.has_custom_permission(request, "retryrollback_workflowrun")
+
+    def has_wake_permission(self, request):
+        return self.has_custom_permission(request, "wake_workflowrun")
+
+    def has_start_permission(self, request):
+        return self.has_custom_permission(request, "start_workflowrun")
+
+    # -- pages of one run ---------------------------------------------------------------------
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("start/", wrap(self.start_view), name=f"{name}_start"),
+            path("<path:object_id>/do/<slug:action>/", wrap(self.action_view), name=f"{name}_action"),
+            *super().get_urls(),
+        ]
+
+    def get_run(self, object_id) -> WorkflowRun:
+        pk = parse_uuid(object_id)
+        run = WorkflowRun.objects.filter(pk=pk).first() if pk is not None else None
+        if run is None:
+            raise Http404("No workflow run has this id.")
+        return run
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        run = self.get_run(object_id)
+        if not self.has_view_permission(request, run):
+            raise PermissionDenied
+        return self.detail_view(request, run)
+
+    def detail_view(self, request, run: WorkflowRun):
+        payloads = self.can_see_payloads(request)
+        full = request.GET.get("full", "")
+        steps_all = Step.objects.filter(run=run).order_by("seq")
+        page = Paginator(steps_all, STEPS_PER_PAGE).get_page(request.GET.get("steps"))
+        steps = list(page.object_list)
+        items = list(WorkItem.objects.filter(run=run).order_by("id")[:201])
+        branch_keys = {item.step_key for item in items if item.kind == WorkItem.Kind.STEP}
+        now = timezone.now()
+        for step in steps:
+            step.took = display.duration(display.between(step.started_at, step.finished_at)) if step.started_at else ""
+            step.result_text = display.pretty_json(step.result, limit=300)[0] if payloads else ""
+            step.error_text = display.error_summary(step.error, with_message=payloads, limit=200)
+            step.can_skip = step.status != Step.Status.COMPLETED and step.kind != Step.Kind.PARALLEL
+            step.can_edit = step.status == Step.Status.COMPLETED and step.kind not in (Step.Kind.SLEEP, Step.Kind.PARALLEL)
+        error = run.get_error() if payloads and run.error else None
+        context = self.page_context(
+            request, f"{run.workflow} {display.short_id(run.pk)}",
+            run=run, original=run, payloads=payloads,
+            status=display.status_badge(run.status),
+            facts=self._facts(run, now),
+            input=self._payload(run.input, "input", full) if payloads else None,
+            result=self._payload(run.result, "result", full) if payloads and run.result is not None else None,
+            error=error, error_summary=display.error_summary(run.error, with_message=payloads, limit=300),
+            steps=steps, steps_page=page, steps_total=page.paginator.count,
+            timeline=timeline.render(run, steps, branch_keys=branch_keys, now=now, total=page.paginator.count)
+            if steps or run.started_at else None,
+            timers=list(Timer.objects.filter(run=run).order_by("-fire_at")[:100]),
+            signals=self._signals(run, payloads),
+            children=list(WorkflowRun.objects.filter(parent=run).defer("input", "result", "error")
+                          .order_by("created_at")[:100]),
+            items=items[:200],
+            events=self._history(run, payloads),
+            buttons=self._buttons(request, run),
+            can_wake=self.has_custom_permission(request, "wake_workflowrun") and not run.is_finished,
+            can_skip=self.has_custom_permission(request, "skipstep_workflowrun") and run.status != Status.COMPLETED,
+            can_edit=self.has_custom_permission(request, "editstep_workflowrun"),
+            can_delete=self.has_delete_permission(request, run),
+            now=now,
+        )
+        return TemplateResponse(request, "admin/django_durable/workflowrun/detail.html", context)
+
+    def _facts(self, run: WorkflowRun, now):
+        def when(moment):
+            if moment is None:
+                return ""
+            return format_html('{} <span class="durable-muted">({})</span>',
+                               moment.isoformat(sep=" ", timespec="milliseconds"), display.relative(moment, now))
+
+        rows = [
+            ("Run id", format_html("<code>{}</code>", run.pk)),
+            ("Workflow", run.workflow if registry.find(run.workflow) else f"{run.workflow} (not registered here)"),
+            ("Status", display.status_badge(run.status)),
+        ]
+        if run.waiting_on:
+            rows.append(("Waiting on", run.waiting_on))
+        rows += [
+            ("Attempt", f"{run.attempt} of {run.max_attempts}"),
+            ("Queue / priority", f"{run.queue} / {run.priority}"),
+            ("Created", when(run.created_at)),
+        ]
+        if run.scheduled_at:
+            rows.append(("Scheduled for", when(run.scheduled_at)))
+        rows += [("Started", when(run.started_at)), ("Finished", when(run.finished_at))]
+        if run.started_at:
+            rows.append(("Duration", display.duration(display.between(run.started_at, run.finished_at))))
+        if run.deadline_at:
+            rows.append(("Deadline", when(run.deadline_at)))
+        if run.cancel_requested_at:
+            rows.append(("Cancel requested", when(run.cancel_requested_at)))
+        if run.idempotency_key:
+            rows.append(("Idempotency key", run.idempotency_key))
+        if run.parent_id:
+            rows.append(("Parent run", format_html('<a href="{}">{}</a>', self._url(run.parent_id), run.parent_id)))
+        return display.definition_list(rows)
+
+    def _payload(self, text, name: str, full: str):
+        pretty, cut = display.pretty_json(text, limit=None if full == name else display.TRUNCATE_CHARS)
+        return {"text": pretty, "cut": cut, "name": name}
+
+    def _signals(self, run, payloads: bool):
+        rows = list(SignalMessage.objects.filter(run=run).order_by("-id")[:100])
+        for message in rows:
+            message.payload_text = display.pretty_json(message.payload, limit=300)[0] if payloads else ""
+        return rows
+
+    def _history(self, run, payloads: bool):
+        """The audit trail, with the run's own milestones woven in."""
+        entries = [(run.created_at, "created", "", "")]
+        if run.started_at:
+            entries.append((run.started_at, "started", "", "A worker started it"))
+        for event in WorkflowEvent.objects.filter(run=run).order_by("at", "id")[:500]:
+            detail = event.message
+            if payloads and event.data:
+                detail = f"{detail} {serialization.encode(event.data)[:300]}".strip()
+            entries.append((event.at, event.get_type_display(), event.actor or "code", detail))
+        if run.finished_at:
+            entries.append((run.finished_at, f"ended {run.status.replace('_', ' ')}", "", ""))
+        entries.sort(key=lambda entry: entry[0])
+        return [{"at": at, "what": what, "who": who, "detail": detail} for at, what, who, detail in entries]
+
+    def _buttons(self, request, run: WorkflowRun):
+        allowed = {
+            "cancel": not run.is_finished,
+            "retry": run.status in (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED),
+            "force-fail": not run.is_finished,
+            "retry-rollback": run.status == Status.COMPENSATION_FAILED,
+            "signal": not run.is_finished,
+            "wake": not run.is_finished,
+            "duplicate": registry.find(run.workflow) is not None,
+        }
+        return [
+            {"name": name, "title": ACTIONS[name].title, "url": self._url(run.pk, name),
+             "danger": ACTIONS[name].destructive}
+            for name, ok in allowed.items()
+            if ok and self.has_custom_permission(request, ACTIONS[name].permission)
+        ]
+
+    def _url(self, pk, action: str | None = None) -> str:
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        if action:
+            return reverse(f"{self.admin_site.name}:{name}_action", args=[pk, action])
+        return reverse(f"{self.admin_site.name}:{name}_change", args=[pk])
+
+    def action_view(self, request, object_id, action):
+        spec = ACTIONS.get(action)
+        if spec is None:
+            raise Http404("No such action.")
+        if not self.has_custom_permission(request, spec.permission):
+            raise PermissionDenied
+        run = self.get_run(object_id)
+        keys = []
+        if spec.form is forms.StepForm:
+            steps = Step.objects.filter(run=run).order_by("seq")
+            steps = steps.filter(status=Step.Status.COMPLETED) if action == "edit-step" else \
+                steps.exclude(status=Step.Status.COMPLETED)
+            keys = list(steps.values_list("key", flat=True)[:200])
+        initial = {key: request.GET[key] for key in ("key", "timer") if key in request.GET}
+        if action == "edit-step" and "key" in initial:
+            current = Step.objects.filter(run=run, key=initial["key"]).values_list("result", flat=True).first()
+            if current is not None and self.can_see_payloads(request):
+                initial["result"] = display.pretty_json(current, limit=None)[0]
+        form_kwargs = {"keys": keys} if spec.form is forms.StepForm else {}
+        if request.method == "POST":
+            form = spec.form(request.POST, **form_kwargs)
+            if form.is_valid():
+                try:
+                    what = spec.perform(run, form.cleaned_data, request.user.get_username())
+                except DurableError as exc:
+                    form.add_error(None, str(exc))
+                else:
+                    self.log_change(request, run, what)
+                    self.message_user(request, f"{what}.", messages.SUCCESS)
+                    if action == "duplicate":
+                        copy = WorkflowEvent.objects.filter(run=run, type=WorkflowEvent.Type.DUPLICATED) \
+                            .order_by("-id").values_list("data", flat=True).first()
+                        return HttpResponseRedirect(self._url(copy["duplicate"]))
+                    return HttpResponseRedirect(self._url(run.pk))
+        else:
+            form = spec.form(initial=initial, **form_kwargs)
+        timer = None
+        if action == "wake" and initial.get("timer"):
+            timer = Timer.objects.filter(run=run, pk=initial["timer"]).first()
+        return TemplateResponse(request, "admin/django_durable/workflowrun/action.html", self.page_context(
+            request, f"{spec.title}: {run.workflow} {display.short_id(run.pk)}", action=spec, form=form, run=run,
+            runs=[run], bulk=False, keys=keys, timer=timer, run_url=self._url(run.pk),
+        ))
+
+    def start_view(self, request):
+        if not self.has_custom_permission(request, "start_workflowrun"):
+            raise PermissionDenied
+        form = forms.StartForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                run = services.start_run(
+                    data["workflow"], data["args"], data["kwargs"], queue=data["queue"] or None,
+                    idempotency_key=data["idempotency_key"] or None, delay=data["delay"],
+                    by=request.user.get_username(),
+                )
+            except (DurableError, ValueError, TypeError) as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.log_addition(request, run, f"Started {run.workflow}")
+                self.message_user(request, f"Started run {run.pk} of {run.workflow}.", messages.SUCCESS)
+                return HttpResponseRedirect(self._url(run.pk))
+        return TemplateResponse(request, "admin/django_durable/workflowrun/start.html",
+                                self.page_context(request, "Start a workflow run", form=form))
+
+
+def _reason(exc: DurableError) -> str:
+    text = str(exc)
+    if "already ended" in text:
+        return "already finished"
+    if "only a failed" in text:
+        return "not failed, timed out or cancelled"
+    if "not compensation_failed" in text:
+        return "not compensation_failed"
+    if "no pending timer" in text:
+        return "nothing to wake"
+    return type(exc).__name__
+
+
+def run_link(run_id, admin_site_name: str = "admin"):
+    if run_id is None:
+        return ""
+    url = reverse(f"{admin_site_name}:django_durable_workflowrun_change", args=[run_id])
+    return format_html('<a href="{}"><code title="{}">{}</code></a>', url, run_id, display.short_id(run_id))
+
