@@ -37,7 +37,8 @@ import django_durable as durable  # noqa: E402
 from django_durable import workpool  # noqa: E402
 from django_durable.engine.replay import advance  # noqa: E402
 
-DURABLE_TABLES = "durable_step, durable_work_item, durable_timer, durable_signal, durable_workflow_run"
+DURABLE_TABLES = ("durable_step, durable_work_item, durable_timer, durable_signal, durable_workflow_event, "
+                  "durable_workflow_run")
 
 
 def psycopg_url() -> str:
@@ -364,9 +365,10 @@ def main() -> None:
     parser.add_argument("--fanout", default="500,5000", help="W3's fan-out sizes")
     parser.add_argument("--schedules", type=int, default=1000)
     parser.add_argument("--schedule-minutes", type=int, default=2)
+    parser.add_argument("--admin-runs", type=int, default=100_000)
     parser.add_argument("--sections", default="core,fanout,timers,signals",
                         help="comma-separated: core (ceiling, W1, W2), fanout (W3), timers (W4), signals (W5), "
-                             "schedules (W6, several minutes)")
+                             "schedules (W6, several minutes), admin (the dashboard on --admin-runs runs, once)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
@@ -399,6 +401,10 @@ def main() -> None:
             samples.setdefault(key, []).append(value)
         print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.2f}" for k, v in figures.items()), file=sys.stderr)
     median = {key: statistics.median(values) for key, values in samples.items()}
+    if "admin" in sections:
+        from bench.admin_pages import admin_pages
+
+        median.update({f"admin_{k}": v for k, v in admin_pages(args.admin_runs).items()})
     queries = query_counts()
 
     rows = []
@@ -436,6 +442,14 @@ def main() -> None:
             ("W6 lateness, fire time to run start, p50", f"{median['w6_late_p50_ms']:.0f} ms"),
             ("W6 lateness, fire time to run start, p95", f"{median['w6_late_p95_ms']:.0f} ms"),
         ]
+    if "admin" in sections:
+        rows.append((f"admin, {args.admin_runs} runs and {10 * args.admin_runs} steps: filled in",
+                     f"{median['admin_fill_s']:.0f} s"))
+        for page in ("changelist", "changelist_failed", "changelist_stuck", "changelist_search_id", "overview",
+                     "run_detail", "work_items"):
+            rows.append((f"   {page.replace('_', ' ')}: p50 / p95 of 20 loads, queries",
+                         f"{median[f'admin_{page}_p50_ms']:.0f} / {median[f'admin_{page}_p95_ms']:.0f} ms, "
+                         f"{median[f'admin_{page}_queries']:.0f}"))
     rows += [
         ("queries per step", f"{queries['per_step']:g}"),
         ("queries per claim", f"{queries['per_claim']}"),

@@ -8,7 +8,39 @@ SECRET_KEY = "bench-only"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEBUG = False
-INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_durable", "bench.benchapp"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_durable",
+    "bench.benchapp",
+]
+# The admin section renders the operator dashboard through the whole request stack.
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "bench.urls"
+ALLOWED_HOSTS = ["testserver"]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
 DATABASES = {"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])}
 DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -57,12 +57,15 @@ STEP_COLUMNS = (
 # A second write of a key replaces a running or retrying entry, never a final one: a recorded
 # outcome is written at most once.
 # A parallel group's count of unfinished branches is decremented by the branches themselves:
-# a write that does not carry one keeps it.
+# a write that does not carry one keeps it. A wait that ends keeps the time it began.
+_KEEP = {
+    "remaining": 'COALESCE(EXCLUDED."remaining", durable_step."remaining")',
+    "started_at": "CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END",
+}
 UPSERT = (
     "ON CONFLICT (run_id, key) DO UPDATE SET "
     + ", ".join(
-        f'"{name}" = COALESCE(EXCLUDED."{name}", durable_step."{name}")' if name == "remaining"
-        else f'"{name}" = EXCLUDED."{name}"'
+        f'"{name}" = {_KEEP.get(name, f"EXCLUDED.{chr(34)}{name}{chr(34)}")}'
         for name, _ in STEP_COLUMNS if name not in ("run_id", "key", "seq")
     )
     + " WHERE durable_step.status NOT IN ('completed', 'failed')"

@@ -45,7 +45,7 @@ cat <<TXT
   django-durable demo is running.
 
   Example runs:   http://127.0.0.1:$PORT/   (approve or reject the waiting refund there)
-  Operator admin: http://127.0.0.1:$PORT/admin/django_durable/workflowrun/
+  Operator admin: http://127.0.0.1:$PORT/admin/django_durable/overview/
   Log in as:      demo / demo
 
   Start more runs:  .venv/bin/python manage.py start_examples

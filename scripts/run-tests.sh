@@ -14,6 +14,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+scripts/ensure-chromium.sh
+
 status=0
 echo "=== django-durable tests on SQLite ==="
 env -u DURABLE_TEST_DATABASE_URL "$PY" -m pytest "$@" || status=$?

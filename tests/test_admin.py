@@ -467,3 +467,25 @@ def test_the_list_never_counts_the_whole_table(admin_client, monkeypatch):
         durable.start("tests.three_steps")
     page = admin_client.get(RUNS).content.decode()
     assert "More than 3 workflow runs" in page
+
+
+def test_the_stuck_filter_finds_expired_leases_and_runs_nothing_will_advance(admin_client):
+    from django_durable import workpool
+
+    waiting_for_signal = durable.start("tests.approval")
+    sleeping = durable.start("tests.sleeper", 3600)
+    orphan = durable.start("tests.sleeper", 3600)
+    drain()
+    Timer.objects.filter(run=orphan).update(status="cancelled")  # nothing will ever wake it
+    lost = durable.start("tests.three_steps")
+    claim = workpool.claim(worker="gone", queues=None, db="default")
+    assert claim.run_id == lost.pk
+    WorkItem.objects.filter(pk=claim.item_id).update(claim_expires_at=timezone.now() - timezone.timedelta(minutes=1))
+
+    def listed(query):
+        page = admin_client.get(f"{RUNS}?{query}").content.decode()
+        return {run.pk for run in (waiting_for_signal, sleeping, orphan, lost) if str(run.pk) in page}
+
+    assert listed("stuck=any") == {orphan.pk, lost.pk}
+    assert listed("stuck=lease") == {lost.pk}
+    assert listed("stuck=idle") == {orphan.pk}

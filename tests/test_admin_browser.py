@@ -7,6 +7,7 @@ screenshots the docs show.
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,11 @@ def test_an_operator_finds_a_failure_and_cancels_a_waiting_run(browser, live_ser
     waiting = durable.start("tests.approval")
     durable.start("tests.slow_branch")
     durable.start("tests.sleeper", 3600)
+    showcase = durable.start("tests.showcase", 1042)
     drain()
+    time.sleep(0.35)  # the showcase's durable sleep
+    drain()
+    assert WorkflowRun.objects.get(pk=showcase.pk).status == "failed"
 
     # Log in.
     browser.get(f"{live_server.url}/admin/login/?next=/admin/django_durable/overview/")
@@ -80,14 +85,21 @@ def test_an_operator_finds_a_failure_and_cancels_a_waiting_run(browser, live_ser
 
     # Filter the runs to the failed ones and open it.
     browser.find_element(By.CSS_SELECTOR, "#durable-status-table a[href$='status=failed']").click()
-    rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-    assert len(rows) == 1 and "tests.raises" in rows[0].text
-    assert "KeyError" in rows[0].text
-    rows[0].find_element(By.CSS_SELECTOR, "th a").click()
+    rows = {row.find_element(By.CSS_SELECTOR, "td.field-workflow").text: row
+            for row in browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")}
+    assert set(rows) == {"tests.raises", "tests.showcase"}
+    assert "KeyError" in rows["tests.raises"].text and "ValueError" in rows["tests.showcase"].text
+    rows["tests.raises"].find_element(By.CSS_SELECTOR, "th a").click()
     assert str(failed.pk) in browser.find_element(By.CLASS_NAME, "durable-facts").text
     assert "the <b>vendor</b> said no" in browser.find_element(By.ID, "durable-traceback").text  # shown, not run
-    assert browser.find_elements(By.CSS_SELECTOR, "svg.durable-timeline rect")
+    browser.back()
+    browser.find_element(By.PARTIAL_LINK_TEXT, str(showcase.pk)[-8:]).click()
+    bars = browser.find_elements(By.CSS_SELECTOR, "svg.durable-timeline rect")
+    assert len(bars) >= 9  # the run, load-order, the group, four branches, the sleep, charge
+    assert "↳ quote:ups" in browser.find_element(By.CSS_SELECTOR, "svg.durable-timeline").text
+    browser.set_window_size(1400, 1900)
     screenshot(browser, "run-detail.png")
+    browser.set_window_size(1400, 1100)
 
     # Cancel the waiting run through its confirmation page.
     browser.get(f"{live_server.url}/admin/django_durable/workflowrun/{waiting.pk}/change/")

@@ -69,7 +69,18 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
             page = browser.open(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
         assert page.count("<td>completed</td>") == 5
         assert "demo / demo" in output
-        assert f"http://127.0.0.1:{port}/admin/django_durable/workflowrun/" in output
+        assert f"http://127.0.0.1:{port}/admin/django_durable/overview/" in output
+
+        # The operator's overview, logged in as the demo user: the demo's worker reports itself.
+        login = f"http://127.0.0.1:{port}/admin/login/?next=/admin/django_durable/overview/"
+        form = browser.open(login, timeout=5).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+        body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "demo", "password": "demo",
+                                       "next": "/admin/django_durable/overview/"}).encode()
+        overview = browser.open(urllib.request.Request(login, data=body, headers={"Referer": login}),
+                                timeout=5).read().decode()
+        assert "Runs by queue" in overview and re.search(r"[1-9] live", overview)
+        assert 'class="durable-banner"' not in overview
 
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         demo.wait(timeout=30)

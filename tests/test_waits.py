@@ -40,6 +40,8 @@ def test_a_one_day_sleep_waits_for_the_clock_and_holds_no_worker():
     assert run.status == "completed" and run.get_result() == ["before", "after"]
     assert ledger_counts(run.pk) == {"before": 1, "after": 1}
     assert Timer.objects.get(run=run).status == "fired"
+    nap = Step.objects.get(run=run, key="nap")  # the entry keeps when the wait began
+    assert (nap.started_at, nap.finished_at) == (start, start + dt.timedelta(days=1))
 
 
 @durable.workflow("tests.waits.sleep_twice")

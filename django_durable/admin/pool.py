@@ -13,7 +13,8 @@ from .. import services
 from ..models import Timer, Worker, WorkflowEvent, WorkItem
 from . import display
 from .base import DurableAdmin, live_workers_since, parse_uuid
-from .runs import QueueFilter, run_link
+from .filters import QueueFilter
+from .runs import run_link
 
 
 class RunSearch:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
-from typing import Callable
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db.models import Min, Q
 from django.db.models.functions import Substr
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -24,95 +22,12 @@ from .. import registry, serialization, services
 from ..exceptions import DurableError
 from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import display, forms, timeline
+from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
 from .base import DurableAdmin, parse_uuid
+from .filters import ErrorFilter, QueueFilter, StuckFilter, WorkflowFilter
 
 Status = WorkflowRun.Status
-FAILURES = (Status.FAILED, Status.TIMED_OUT, Status.COMPENSATION_FAILED)
-BULK_LIMIT = 1000  # runs one bulk action handles at a time
 STEPS_PER_PAGE = 200
-
-
-# -- filters: none of them reads the table to list its choices ------------------------------------
-
-
-class WorkflowFilter(admin.SimpleListFilter):
-    title = "workflow"
-    parameter_name = "workflow"
-
-    def lookups(self, request, model_admin):
-        return [(name, name) for name in registry.names()]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(workflow=self.value()) if self.value() else queryset
-
-
-class QueueFilter(admin.SimpleListFilter):
-    title = "queue"
-    parameter_name = "queue"
-
-    def lookups(self, request, model_admin):
-        queues = {"default"} | {d.queue for d in registry.definitions()}
-        return [(name, name) for name in sorted(queues)]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(queue=self.value()) if self.value() else queryset
-
-
-class ErrorFilter(admin.SimpleListFilter):
-    title = "error"
-    parameter_name = "has_error"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "Has an error"), ("no", "No error")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.filter(error__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(error__isnull=True)
-        return queryset
-
-
-def stuck_runs(queryset, *, lease_expired=True, nothing_pending=True):
-    """Unfinished runs whose worker's lease expired, or that nothing will ever advance.
-
-    Nothing will advance a run that has no queued or claimed work item, no pending timer, no
-    wait for a signal or event (those come from outside), and no unfinished child.
-    """
-    now = timezone.now()
-    run = OuterRef("pk")
-    expired = Exists(WorkItem.objects.filter(run=run, status=WorkItem.Status.PROCESSING, claim_expires_at__lt=now))
-    idle = (
-        ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
-        & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
-        & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING, kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT]))
-        & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
-    )
-    condition = Q()
-    if lease_expired and nothing_pending:
-        condition = expired | idle
-    elif lease_expired:
-        condition = expired
-    else:
-        condition = idle
-    return queryset.exclude(status__in=WorkflowRun.TERMINAL).filter(condition)
-
-
-class StuckFilter(admin.SimpleListFilter):
-    title = "stuck"
-    parameter_name = "stuck"
-
-    def lookups(self, request, model_admin):
-        return [("any", "Stuck"), ("lease", "Worker's lease expired"), ("idle", "Nothing will advance it")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "any":
-            return stuck_runs(queryset)
-        if self.value() == "lease":
-            return stuck_runs(queryset, nothing_pending=False)
-        if self.value() == "idle":
-            return stuck_runs(queryset, lease_expired=False)
-        return queryset
 
 
 class RunChangeList(ChangeList):
@@ -148,104 +63,6 @@ def decorate(runs: list[WorkflowRun], *, payloads: bool) -> None:
         run.current_step = current.get(run.pk)
         run.next_wake = wakes.get(run.pk)
         run.show_error_message = payloads
-
-
-# -- actions ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunAction:
-    """An operator action on one run: its permission, its form, the service it calls, its wording."""
-
-    name: str
-    title: str
-    permission: str
-    form: type
-    perform: Callable  # (run, cleaned_data, by) -> str: what was done
-    explain: str = ""
-    destructive: bool = False
-
-
-def _cancel(run, data, by):
-    services.cancel(run.pk, data.get("reason") or None, by=by)
-    return "Cancel requested" + (f": {data['reason']}" if data.get("reason") else "")
-
-
-def _retry(run, data, by):
-    services.retry_run(run.pk, by=by)
-    return "Retried from the last checkpoint"
-
-
-def _force_fail(run, data, by):
-    services.force_fail(run.pk, data.get("reason") or None, by=by)
-    return "Forced to fail" + (f": {data['reason']}" if data.get("reason") else "")
-
-
-def _retry_rollback(run, data, by):
-    services.retry_rollback(run.pk, by=by)
-    return "Rollback retried"
-
-
-def _skip(run, data, by):
-    services.skip_step(run.pk, data["key"], data["result"], by=by)
-    return f"Skipped step {data['key']!r}"
-
-
-def _edit(run, data, by):
-    services.edit_step_result(run.pk, data["key"], data["result"], by=by)
-    return f"Edited the result of step {data['key']!r}"
-
-
-def _signal(run, data, by):
-    services.signal(run.pk, data["name"], data["payload"], idempotency_key=data.get("idempotency_key") or None, by=by)
-    return f"Sent signal {data['name']!r}"
-
-
-def _wake(run, data, by):
-    fired = services.wake(run.pk, data.get("timer"), by=by)
-    return f"Fired {fired} timer(s) early"
-
-
-def _duplicate(run, data, by):
-    copy = services.duplicate(run.pk, by=by)
-    return f"Duplicated as run {copy.pk}"
-
-
-ACTIONS = {
-    action.name: action
-    for action in [
-        RunAction("cancel", "Cancel", "cancel_workflowrun", forms.ReasonForm, _cancel, destructive=True,
-                  explain="A waiting or pending run ends cancelled now; a running one stops at its next checkpoint. "
-                          "Its unfinished children are cancelled too."),
-        RunAction("retry", "Retry from the last checkpoint", "retry_workflowrun", forms.NoForm, _retry,
-                  explain="Completed steps keep their results and do not run again; the failed step and those "
-                          "after it run with fresh attempts."),
-        RunAction("force-fail", "Force fail", "forcefail_workflowrun", forms.ReasonForm, _force_fail,
-                  destructive=True,
-                  explain="The run ends failed now, without compensation. A worker running it loses its claim; "
-                          "the step in progress may have had effects that are not recorded."),
-        RunAction("retry-rollback", "Retry the rollback", "retryrollback_workflowrun", forms.NoForm,
-                  _retry_rollback, explain="The compensations that failed run again; those that completed do not."),
-        RunAction("skip-step", "Skip a step", "skipstep_workflowrun", forms.StepForm, _skip, destructive=True,
-                  explain="The step's function is not called again: the workflow receives the result you give. "
-                          "A failed run goes on from its last checkpoint."),
-        RunAction("edit-step", "Edit a step's result", "editstep_workflowrun", forms.StepForm, _edit,
-                  destructive=True,
-                  explain="Later replays of the run see the new result; steps that already used the old one "
-                          "do not run again."),
-        RunAction("signal", "Send a signal", "signal_workflowrun", forms.SignalForm, _signal,
-                  explain="The run takes it with ctx.wait_for_signal(name), now or later."),
-        RunAction("wake", "Wake now", "wake_workflowrun", forms.WakeForm, _wake,
-                  explain="Sleeps, back-offs and a delayed start end now. A named timeout or deadline fires too, "
-                          "which times its wait or the run out."),
-        RunAction("duplicate", "Duplicate", "start_workflowrun", forms.NoForm, _duplicate,
-                  explain="Starts a new run of the same workflow with the same input, queue and priority."),
-    ]
-}
-
-# The bulk actions of the list: (action, verb for the message).
-BULK = {"cancel": "Cancelled", "retry": "Retried", "force-fail": "Forced to fail",
-        "retry-rollback": "Retried the rollback of", "wake": "Woke", "duplicate": "Duplicated"}
 
 
 @admin.register(WorkflowRun)
@@ -391,7 +208,7 @@ class WorkflowRunAdmin(DurableAdmin):
             try:
                 what = action.perform(run, data, by)
             except DurableError as exc:
-                reasons[_reason(exc)] += 1
+                reasons[reason_of(exc)] += 1
                 continue
             done += 1
             self.log_change(request, run, what)
@@ -680,22 +497,8 @@ class WorkflowRunAdmin(DurableAdmin):
                                 self.page_context(request, "Start a workflow run", form=form))
 
 
-def _reason(exc: DurableError) -> str:
-    text = str(exc)
-    if "already ended" in text:
-        return "already finished"
-    if "only a failed" in text:
-        return "not failed, timed out or cancelled"
-    if "not compensation_failed" in text:
-        return "not compensation_failed"
-    if "no pending timer" in text:
-        return "nothing to wake"
-    return type(exc).__name__
-
-
 def run_link(run_id, admin_site_name: str = "admin"):
     if run_id is None:
         return ""
     url = reverse(f"{admin_site_name}:django_durable_workflowrun_change", args=[run_id])
     return format_html('<a href="{}"><code title="{}">{}</code></a>', url, run_id, display.short_id(run_id))
-

@@ -431,3 +431,34 @@ def slow_branch(ctx):
     slow = durable.RetryPolicy(max_attempts=3, initial_backoff=3600, jitter=0)
     return ctx.parallel([ctx.call("ok", mark, ctx.run_id, "ok"),
                          ctx.call("flaky", fail_first, ctx.run_id, "flaky", retry=slow)], key="both")
+
+
+def reserve_stock(run_id, sku):
+    ledger.record(run_id, f"reserve:{sku}")
+    time.sleep(0.02)
+    return {"sku": sku, "reserved": True}
+
+
+def flaky_quote(run_id, carrier):
+    """A carrier quote that fails its first attempt."""
+    ledger.record(run_id, f"quote:{carrier}")
+    time.sleep(0.01)
+    if ledger.count(run_id, f"quote:{carrier}") == 1:
+        raise ConnectionError(f"{carrier} timed out")
+    return {"carrier": carrier, "price": 12}
+
+
+def charge_card(run_id, amount):
+    ledger.record(run_id, "charge")
+    raise ValueError(f"card declined for {amount} EUR")
+
+
+@durable.workflow("tests.showcase")
+def showcase(ctx, order_id):
+    """Steps, a parallel fan-out with a retried branch, a durable sleep, then a failing step."""
+    order = ctx.step("load-order", mark, ctx.run_id, "load-order", {"order": order_id, "total": 42})
+    once = durable.RetryPolicy(max_attempts=3, initial_backoff=0, jitter=0)
+    ctx.parallel([ctx.call(f"reserve:{sku}", reserve_stock, ctx.run_id, sku) for sku in ("A-1", "B-2", "C-3")]
+                 + [ctx.call("quote:ups", flaky_quote, ctx.run_id, "ups", retry=once)], key="prepare")
+    ctx.sleep("cool-off", 0.3)
+    ctx.step("charge", charge_card, ctx.run_id, order["total"], retry=durable.RetryPolicy(max_attempts=1))
