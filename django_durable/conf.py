@@ -43,6 +43,20 @@ DEFAULTS: dict[str, Any] = {
     # After how many seconds without a report a worker counts as gone: the admin marks it
     # stale, and warns on every durable page when no worker is live.
     "WORKER_STALE_SECONDS": 60.0,
+    # How long finished runs are kept before `manage.py durable prune` deletes them: a timedelta
+    # or seconds.
+    "RETENTION": 30 * 24 * 3600.0,
+    # The REST API: DRF permission classes every route requires (classes or dotted paths), on
+    # top of the per-action model permissions. The default admits staff users only, whatever
+    # the project's DEFAULT_PERMISSION_CLASSES say.
+    "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    # A callable (or its dotted path) (request, queryset) -> queryset that narrows the runs a
+    # user may see through the API; a run outside it is a 404. None: every run.
+    "API_QUERYSET_FILTER": None,
+    # Per-user request rates of the API's writing routes (DRF rate strings); None: unlimited.
+    "API_THROTTLE_RATES": {"start": "120/min", "signal": "300/min", "cancel": "60/min"},
+    # The longest a GET .../result/?wait= request holds, in seconds.
+    "API_MAX_WAIT": 30.0,
     # Which database alias holds the durable tables.
     "DATABASE": "default",
     # Named fault points for the fault tests ("point=action;point=action"); off in production.

@@ -1,7 +1,7 @@
-"""URLs of the example project: the admin (the operator dashboard) and a small home page."""
+"""URLs of the example project: the admin (the operator dashboard), the REST API and a small home page."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from example_project.orders import views
 
@@ -9,4 +9,5 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("refunds/<uuid:run_id>/decide/", views.decide, name="decide"),
     path("admin/", admin.site.urls),
+    path("api/durable/", include("django_durable.api.urls")),
 ]

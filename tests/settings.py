@@ -91,3 +91,5 @@ LOGGING = {
 DURABLE_LISTEN_NOTIFY = os.environ.get("DURABLE_LISTEN_NOTIFY", "1") == "1"
 DURABLE_MAX_DELIVERIES = int(os.environ.get("DURABLE_MAX_DELIVERIES", 5))
 DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_SECONDS", 5))
+# Fast password hashing: the API tests authenticate every request with HTTP basic auth.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

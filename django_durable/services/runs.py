@@ -131,6 +131,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
             else:
                 existing = WorkflowRun.objects.using(db).get(workflow=definition.name, idempotency_key=idempotency_key)
                 if existing.pk != run.pk:
+                    existing.created_now = False  # the first start's run (the API answers 200, not 201)
                     return existing
             run = existing
         WorkItem.objects.using(db).create(

@@ -1,0 +1,133 @@
+"""Errors as JSON with stable codes, never a traceback; request bodies checked before any write."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from .. import conf
+from ..exceptions import (
+    InvalidTransition,
+    NotSerializable,
+    PayloadTooLarge,
+    RunFinished,
+    StepNotFound,
+    WorkflowNotFound,
+)
+
+logger = logging.getLogger("django_durable.api")
+
+# The error codes a client can rely on; field errors carry "invalid" unless one of FIELD_CODES.
+FIELD_CODES = {"unknown_workflow", "invalid_payload"}
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+class TooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+    default_detail = "The request body is larger than DURABLE_MAX_PAYLOAD_BYTES allows."
+
+
+class SafeJSONParser(JSONParser):
+    """DRF's JSON parser, with a nesting too deep for Python's parser a 400 rather than a 500."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding", "utf-8")
+        try:
+            return json.load(codecs.getreader(encoding)(stream), parse_constant=json_strict_constant)
+        except ValueError as exc:
+            raise exceptions.ParseError(f"The body is not valid JSON: {exc}", code="invalid_json") from None
+        except RecursionError:
+            raise exceptions.ParseError("The body's JSON is nested too deeply.", code="invalid_json") from None
+
+
+def json_strict_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_body_size(request) -> None:
+    """Refuse a body larger than the payload limit (plus room for the envelope) before reading it."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > int(conf.get("MAX_PAYLOAD_BYTES")) + 64 * 1024:
+        raise TooLarge()
+
+
+def translate(exc: Exception) -> Exception:
+    """The API exception that stands for a durable error."""
+    if isinstance(exc, Http404):
+        return exceptions.NotFound("Not found.")  # never Django's message: it may name the lookup
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied()
+    if isinstance(exc, RunFinished):
+        return Conflict(f"The run already ended {exc.status}.", code="run_finished")
+    if isinstance(exc, InvalidTransition):
+        return Conflict(str(exc), code="invalid_transition")
+    if isinstance(exc, (WorkflowNotFound, StepNotFound)):
+        return exceptions.NotFound("Not found.", code="not_found")
+    if isinstance(exc, PayloadTooLarge):
+        return TooLarge(str(exc))
+    if isinstance(exc, NotSerializable):
+        return exceptions.ValidationError({"payload": [str(exc)]}, code="invalid_payload")
+    return exc
+
+
+def handle(exc, context):
+    """DRF's handler, with durable errors translated and every body shaped {"error": {"code", "message"}}."""
+    exc = translate(exc)
+    response = exception_handler(exc, context)
+    if response is None:
+        logger.exception("Unexpected error in the durable API", exc_info=exc)
+        return Response({"error": {"code": "server_error", "message": "Internal server error."}},
+                        status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    detail = getattr(exc, "detail", None)
+    body = {"code": _code(exc, detail), "message": _message(detail)}
+    if isinstance(exc, exceptions.ValidationError) and isinstance(detail, dict):
+        body["message"] = "The request is not valid."
+        body["fields"] = {field: [str(item) for item in (errors if isinstance(errors, list) else [errors])]
+                          for field, errors in detail.items()}
+    response.data = {"error": body}
+    return response
+
+
+def _code(exc, detail) -> str:
+    codes = exc.get_codes() if isinstance(exc, exceptions.APIException) else None
+    if isinstance(codes, str):
+        return codes
+    if isinstance(codes, list) and codes and isinstance(codes[0], str):
+        return codes[0]
+    if isinstance(codes, dict):
+        # Field errors: "invalid", unless one of ours says more (DRF's own codes are details).
+        for value in codes.values():
+            for code in value if isinstance(value, list) else [value]:
+                if code in FIELD_CODES:
+                    return code
+        return "invalid"
+    return getattr(exc, "default_code", "error")
+
+
+def _message(detail) -> str:
+    if isinstance(detail, list) and detail:
+        return str(detail[0])
+    if isinstance(detail, dict):
+        return "The request is not valid."
+    return str(detail) if detail is not None else ""
+
+
+def not_found(request, *args, **kwargs):
+    """Every other path under the API: a JSON 404, without a query."""
+    return JsonResponse({"error": {"code": "not_found", "message": "Not found."}}, status=404)

@@ -1,0 +1,194 @@
+"""What the API reads and writes. Inputs are checked here; outputs hide payloads from users
+without the view_payload permission."""
+
+from __future__ import annotations
+
+from django.db.models import Count
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from .. import registry, serialization
+from ..humanize import describe_cron, humanize_interval
+from ..models import Schedule, Step, WorkflowRun
+
+ERROR_MESSAGE_CHARS = 1000
+JOURNAL_LIMIT = 1000
+
+
+class ErrorSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    message = serializers.CharField()
+
+
+class StepSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    seq = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=Step.Kind.choices)
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=Step.Status.choices)
+    attempts = serializers.IntegerField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    result = serializers.JSONField(allow_null=True, help_text="Null unless the user may see payloads.")
+    error = ErrorSerializer(allow_null=True, help_text="Null unless the user may see payloads.")
+
+
+class RunSummarySerializer(serializers.Serializer):
+    """A run as the list shows it: no payloads, no journal."""
+
+    id = serializers.UUIDField()
+    workflow = serializers.CharField()
+    status = serializers.ChoiceField(choices=WorkflowRun.Status.choices)
+    waiting_on = serializers.CharField()
+    queue = serializers.CharField()
+    priority = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    max_attempts = serializers.IntegerField()
+    parent = serializers.UUIDField(source="parent_id", allow_null=True)
+    idempotency_key = serializers.CharField(allow_null=True)
+    cancel_requested = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    scheduled_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    updated_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    deadline_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_cancel_requested(self, run) -> bool:
+        return run.cancel_requested_at is not None
+
+
+class RunSerializer(RunSummarySerializer):
+    """A run with its outcome and a summary of its journal (the whole journal with ?include=steps)."""
+
+    payload_visible = serializers.SerializerMethodField()
+    input = serializers.SerializerMethodField()
+    result = serializers.SerializerMethodField()
+    error = serializers.SerializerMethodField()
+    steps = serializers.SerializerMethodField()
+    journal = serializers.SerializerMethodField()
+
+    def _payloads(self) -> bool:
+        return bool(self.context.get("payloads"))
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_payload_visible(self, run) -> bool:
+        return self._payloads()
+
+    @extend_schema_field({"type": "object", "nullable": True, "description": "args and kwargs; null unless payloads are visible"})
+    def get_input(self, run):
+        return serialization.decode(run.input) if self._payloads() else None
+
+    @extend_schema_field({"nullable": True, "description": "what the workflow returned; null unless completed and payloads are visible"})
+    def get_result(self, run):
+        return serialization.decode(run.result) if self._payloads() and run.result is not None else None
+
+    @extend_schema_field(ErrorSerializer(allow_null=True))
+    def get_error(self, run):
+        return error_of(run.error) if self._payloads() else None
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"},
+                          "description": "how many journal entries have each status"})
+    def get_steps(self, run) -> dict:
+        counts = Step.objects.filter(run_id=run.pk).order_by().values_list("status").annotate(n=Count("pk"))
+        return dict(counts)
+
+    @extend_schema_field(StepSerializer(many=True, allow_null=True))
+    def get_journal(self, run):
+        if not self.context.get("include_steps"):
+            return None
+        payloads = self._payloads()
+        rows = []
+        for step in Step.objects.filter(run_id=run.pk).order_by("seq")[:JOURNAL_LIMIT]:
+            rows.append({
+                "key": step.key, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
+                "attempts": step.attempts, "started_at": step.started_at, "finished_at": step.finished_at,
+                "result": serialization.decode(step.result) if payloads and step.result is not None else None,
+                "error": error_of(step.error) if payloads else None,
+            })
+        return StepSerializer(rows, many=True).data
+
+
+def error_of(text: str | None) -> dict | None:
+    """The error's type and message (cut), never its traceback."""
+    if not text:
+        return None
+    try:
+        error = serialization.decode(text)
+    except ValueError:
+        return {"type": "", "message": text[:ERROR_MESSAGE_CHARS]}
+    if not isinstance(error, dict):
+        return {"type": "", "message": str(error)[:ERROR_MESSAGE_CHARS]}
+    return {"type": str(error.get("type", "")), "message": str(error.get("message", ""))[:ERROR_MESSAGE_CHARS]}
+
+
+class StartSerializer(serializers.Serializer):
+    workflow = serializers.CharField(max_length=200, help_text="A registered workflow name.")
+    args = serializers.ListField(child=serializers.JSONField(), required=False, default=list)
+    kwargs = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    idempotency_key = serializers.CharField(max_length=255, required=False, allow_null=True)
+    run_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Start at this time.")
+    delay = serializers.FloatField(required=False, allow_null=True, min_value=0, help_text="Start in this many seconds.")
+    queue = serializers.CharField(max_length=100, required=False, allow_null=True)
+    priority = serializers.IntegerField(required=False, allow_null=True, min_value=-(2**31), max_value=2**31 - 1)
+
+    def validate_workflow(self, value):
+        # Only names in the registry: nothing is imported, and the refused name is not echoed.
+        if registry.find(value) is None:
+            raise serializers.ValidationError("No workflow is registered under this name.", code="unknown_workflow")
+        return value
+
+    def validate(self, data):
+        if data.get("run_at") is not None and data.get("delay") is not None:
+            raise serializers.ValidationError({"delay": ["Give run_at or delay, not both."]})
+        return data
+
+
+class SignalSerializer(serializers.Serializer):
+    payload = serializers.JSONField(required=False, allow_null=True, default=None)
+    idempotency_key = serializers.CharField(max_length=255, required=False, allow_null=True)
+
+
+class SignalSentSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    run = serializers.UUIDField()
+    name = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class EventSerializer(serializers.Serializer):
+    payload = serializers.JSONField(required=False, allow_null=True, default=None)
+
+
+class EventSentSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    delivered = serializers.IntegerField(help_text="How many waiting runs took it.")
+
+
+class ScheduleSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    workflow = serializers.CharField()
+    cron = serializers.CharField()
+    interval = serializers.FloatField(allow_null=True)
+    timezone = serializers.CharField()
+    description = serializers.SerializerMethodField()
+    status = serializers.ChoiceField(choices=Schedule.Status.choices)
+    overlap = serializers.ChoiceField(choices=Schedule.Overlap.choices)
+    catch_up = serializers.ChoiceField(choices=Schedule.CatchUp.choices)
+    queue = serializers.CharField()
+    declared = serializers.BooleanField()
+    next_fire_at = serializers.DateTimeField(allow_null=True)
+    last_fire_at = serializers.DateTimeField(allow_null=True)
+    last_run = serializers.UUIDField(source="last_run_id", allow_null=True)
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_description(self, schedule) -> str:
+        return describe_cron(schedule.cron) if schedule.cron else humanize_interval(schedule.interval)
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    """Every error response: {"error": {"code": ..., "message": ..., "fields": {...}}}."""
+
+    error = serializers.DictField(help_text="code (stable), message, and for invalid input the fields")

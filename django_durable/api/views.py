@@ -1,0 +1,380 @@
+"""The API's views: runs (list, start, status, cancel, signal, result, retry), events and schedules."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+import uuid
+
+from django.db import connections
+from django.db.models import DateTimeField, Q, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework import exceptions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.pagination import BasePagination
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
+
+from .. import conf, schedules, services
+from ..models import Schedule, Step, WorkflowRun
+from . import errors
+from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
+from .serializers import (
+    ErrorBodySerializer,
+    EventSentSerializer,
+    EventSerializer,
+    RunSerializer,
+    RunSummarySerializer,
+    ScheduleSerializer,
+    SignalSentSerializer,
+    SignalSerializer,
+    StartSerializer,
+)
+
+UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+ERRORS = {code: OpenApiResponse(ErrorBodySerializer, description=text) for code, text in {
+    400: "invalid input (error.code: invalid, invalid_json, unknown_workflow, invalid_payload)",
+    401: "not authenticated", 403: "not permitted", 404: "no such run, or one this user may not see",
+    409: "the run's state refuses it (run_finished, invalid_transition)", 413: "payload too large",
+    429: "throttled",
+}.items()}
+
+
+def document(**kwargs):
+    """extend_schema() on drf-spectacular's AutoSchema, whatever the project's DEFAULT_SCHEMA_CLASS."""
+
+    def decorator(function):
+        function.kwargs = {**getattr(function, "kwargs", {}), "schema": AutoSchema}
+        return extend_schema(**kwargs)(function)
+
+    return decorator
+
+
+def errors_for(*codes: int) -> dict:
+    return {code: ERRORS[code] for code in (401, 403, *codes)}
+
+
+class DurableView:
+    """What every durable API view shares: security by default, JSON errors, bounded bodies."""
+
+    schema = AutoSchema()
+    parser_classes = [errors.SafeJSONParser]
+    required_permissions: dict[str, str] = {}
+    throttle_scopes: dict[str, str] = {}
+
+    def get_permissions(self):
+        return [*configured_permissions(), ActionPermission()]
+
+    def get_throttles(self):
+        scope = self.throttle_scopes.get(getattr(self, "action", None) or "")
+        return [DurableThrottle(scope)] if scope else []
+
+    def get_exception_handler(self):
+        return errors.handle
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        errors.check_body_size(request)  # after authentication: strangers learn nothing
+
+    def by(self) -> str:
+        return self.request.user.get_username()
+
+
+class RunPages(BasePagination):
+    """Keyset pages, newest first: the cursor is the last run's (created_at, id), so a page costs
+    one index range however deep it is, and runs created meanwhile never shift a page."""
+
+    page_size = 50
+    max_page_size = 500
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.request = request
+        size = request.query_params.get("page_size", str(self.page_size))
+        if not size.isdigit() or not 0 < int(size) <= self.max_page_size:
+            raise exceptions.ValidationError({"page_size": [f"Give a number from 1 to {self.max_page_size}."]})
+        size = int(size)
+        queryset = queryset.order_by("-created_at", "-id")
+        cursor = request.query_params.get("cursor")
+        if cursor:
+            created_at, pk = self._decode(cursor)
+            # The anchor's time as the database holds it (SQLite keeps text, at its own precision);
+            # the cursor's copy stands in if that run was deleted since.
+            anchor = Coalesce(Subquery(WorkflowRun.objects.filter(pk=pk).values("created_at")[:1]),
+                              Value(created_at, output_field=DateTimeField()))
+            queryset = queryset.filter(Q(created_at__lt=anchor) | Q(created_at=anchor, id__lt=pk))
+        page = list(queryset[: size + 1])
+        self.more = len(page) > size
+        self.page = page[:size]
+        return self.page
+
+    def get_paginated_response(self, data):
+        return Response({"next": self._next_link(), "results": data})
+
+    def _next_link(self):
+        if not self.more:
+            return None
+        last = self.page[-1]
+        token = base64.urlsafe_b64encode(f"{last.created_at.isoformat()}|{last.pk}".encode()).decode()
+        return replace_query_param(self.request.build_absolute_uri(), "cursor", token)
+
+    def _decode(self, cursor: str):
+        try:
+            created_at, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+            when = parse_datetime(created_at)
+            if when is None or when.tzinfo is None:
+                raise ValueError(created_at)
+            return when, uuid.UUID(pk)
+        except (ValueError, UnicodeError, binascii.Error):
+            raise exceptions.ValidationError({"cursor": ["This cursor is not valid."]}) from None
+
+    def get_paginated_response_schema(self, schema):
+        return {"type": "object", "required": ["results"], "properties": {
+            "next": {"type": "string", "nullable": True, "format": "uri", "description": "the next page, if any"},
+            "results": schema,
+        }}
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
+             "description": "From the `next` link of the page before."},
+            {"name": "page_size", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size}},
+        ]
+
+
+LIST_FILTERS = [
+    OpenApiParameter("status", OpenApiTypes.STR, description="One status, or several separated by commas."),
+    OpenApiParameter("workflow", OpenApiTypes.STR),
+    OpenApiParameter("queue", OpenApiTypes.STR),
+    OpenApiParameter("created_after", OpenApiTypes.DATETIME),
+    OpenApiParameter("created_before", OpenApiTypes.DATETIME),
+]
+
+
+class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
+    """Workflow runs. Override get_queryset() (or set DURABLE_API_QUERYSET_FILTER) to scope them."""
+
+    lookup_value_regex = UUID
+    pagination_class = RunPages
+    serializer_class = RunSerializer
+    required_permissions = {
+        "list": "view_workflowrun", "retrieve": "view_workflowrun", "result": "view_workflowrun",
+        "create": "start_workflowrun", "destroy": "cancel_workflowrun", "signal": "signal_workflowrun",
+        "retry": "retry_workflowrun",
+    }
+    throttle_scopes = {"create": "start", "signal": "signal", "destroy": "cancel"}
+
+    def get_queryset(self):
+        return scoped(self.request, WorkflowRun.objects.using(conf.get("DATABASE")).all())
+
+    def represent(self, run, code=status.HTTP_200_OK, *, include_steps=False) -> Response:
+        context = {"payloads": can_see_payloads(self.request), "include_steps": include_steps}
+        return Response(RunSerializer(run, context=context).data, status=code)
+
+    @document(parameters=LIST_FILTERS, responses={200: RunSummarySerializer(many=True), **errors_for(400)})
+    def list(self, request):
+        """Runs, newest first, a page at a time (follow `next`)."""
+        runs = self.get_queryset().defer("input", "result", "error")
+        params = request.query_params
+        if params.get("status"):
+            wanted = params["status"].split(",")
+            unknown = set(wanted) - set(WorkflowRun.Status.values)
+            if unknown:
+                raise exceptions.ValidationError({"status": [f"Not a status: {sorted(unknown)[0][:50]!r}."]})
+            runs = runs.filter(status__in=wanted)
+        for field in ("workflow", "queue"):
+            if params.get(field):
+                runs = runs.filter(**{field: params[field]})
+        for name, lookup in (("created_after", "created_at__gte"), ("created_before", "created_at__lt")):
+            if params.get(name):
+                when = _datetime(params[name], name)
+                runs = runs.filter(**{lookup: when})
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response(RunSummarySerializer(page, many=True).data)
+
+    @document(request=StartSerializer, responses={201: RunSerializer, 200: RunSerializer, **errors_for(400, 413, 429)})
+    def create(self, request):
+        """Start a run. With an idempotency key already used for this workflow: 200 and the first run."""
+        data = _valid(StartSerializer, request)
+        run = services.start_run(
+            data["workflow"], data["args"], data["kwargs"], idempotency_key=data.get("idempotency_key"),
+            run_at=data.get("run_at"), delay=data.get("delay"), queue=data.get("queue"),
+            priority=data.get("priority"), by=self.by(),
+        )
+        created = getattr(run, "created_now", True)
+        return self.represent(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @document(parameters=[OpenApiParameter("include", OpenApiTypes.STR, enum=["steps"],
+                                                description="steps: the whole journal (up to 1,000 entries)")],
+                   responses={200: RunSerializer, **errors_for(404)})
+    def retrieve(self, request, pk=None):
+        """A run's status, what it waits on, its result or error, its times and a summary of its steps."""
+        return self.represent(self.get_object(), include_steps=request.query_params.get("include") == "steps")
+
+    @document(parameters=[OpenApiParameter("reason", OpenApiTypes.STR)],
+                   responses={202: RunSerializer, **errors_for(404, 409, 429)})
+    def destroy(self, request, pk=None):
+        """Cancel the run (and its unfinished children). Again on a cancelled run: 202. A run that ended otherwise: 409."""
+        run = self.get_object()
+        reason = (request.query_params.get("reason") or "")[:500] or None
+        return self.represent(services.cancel(run.pk, reason, by=self.by()), status.HTTP_202_ACCEPTED)
+
+    @document(request=SignalSerializer, responses={202: SignalSentSerializer, **errors_for(400, 404, 409, 413, 429)})
+    @action(detail=True, methods=["post"], url_path=r"signals/(?P<name>[^/]{1,200})")
+    def signal(self, request, pk=None, name=None):
+        """Send the signal `name` (for ctx.wait_for_signal) with a JSON payload."""
+        run = self.get_object()
+        data = _valid(SignalSerializer, request)
+        message = services.signal(run.pk, name, data.get("payload"), idempotency_key=data.get("idempotency_key"),
+                                  by=self.by())
+        return Response(SignalSentSerializer({"id": message.pk, "run": run.pk, "name": message.name,
+                                              "created_at": message.created_at}).data, status=status.HTTP_202_ACCEPTED)
+
+    @document(parameters=[OpenApiParameter("wait", OpenApiTypes.NUMBER,
+                                                description="Seconds to wait for the run to finish (capped by DURABLE_API_MAX_WAIT).")],
+                   responses={200: RunSerializer, 202: RunSerializer, **errors_for(400, 404)})
+    @action(detail=True, methods=["get"])
+    def result(self, request, pk=None):
+        """The run once it has finished (200), or as it is when `wait` runs out (202).
+
+        While it waits the request holds no database connection: it reconnects to look again.
+        """
+        run = self.get_object()
+        wait = _seconds(request.query_params.get("wait", "0"))
+        deadline = time.monotonic() + min(wait, float(conf.get("API_MAX_WAIT")))
+        delay = 0.05
+        while not run.is_finished and time.monotonic() < deadline:
+            _release_connection()
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 1.0)
+            run.refresh_from_db()
+        return self.represent(run, status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED)
+
+    @document(request=None, responses={202: RunSerializer, **errors_for(404, 409)})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        """Run a failed, timed-out or cancelled run again from its last checkpoint."""
+        run = self.get_object()
+        return self.represent(services.retry_run(run.pk, by=self.by()), status.HTTP_202_ACCEPTED)
+
+
+class EventView(DurableView, APIView):
+    """Events: delivered to the runs waiting for them now (ctx.wait_for_event)."""
+
+    action = "emit"
+    required_permissions = {"emit": "signal_workflowrun"}
+    throttle_scopes = {"emit": "signal"}
+
+    @document(request=EventSerializer, responses={202: EventSentSerializer, **errors_for(400, 413, 429)})
+    def post(self, request, name):
+        """Emit the event `name`: every run now waiting for it whose match fits takes it."""
+        data = _valid(EventSerializer, request)
+        delivered = services.emit_event(name, data.get("payload"))
+        return Response(EventSentSerializer({"name": name, "delivered": delivered}).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ScheduleViewSet(DurableView, viewsets.GenericViewSet):
+    """Schedules: list them, pause, resume, or start a run now."""
+
+    lookup_field = "slug"
+    lookup_value_regex = r"[A-Za-z0-9_.:-]{1,100}"
+    serializer_class = ScheduleSerializer
+    pagination_class = None
+    required_permissions = {"list": "view_schedule", "pause": "change_schedule", "resume": "change_schedule",
+                            "trigger": "trigger_schedule"}
+    throttle_scopes = {"trigger": "start"}
+
+    def get_queryset(self):
+        return Schedule.objects.using(conf.get("DATABASE")).order_by("slug")
+
+    @document(responses={200: ScheduleSerializer(many=True), **errors_for()})
+    def list(self, request):
+        """Every schedule, by slug."""
+        return Response(ScheduleSerializer(self.get_queryset(), many=True).data)
+
+    @document(request=None, responses={200: ScheduleSerializer, **errors_for(404)})
+    @action(detail=True, methods=["post"])
+    def pause(self, request, slug=None):
+        """Stop the schedule from firing until it is resumed."""
+        return Response(ScheduleSerializer(schedules.pause(self.get_object().slug)).data)
+
+    @document(request=None, responses={200: ScheduleSerializer, **errors_for(404)})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, slug=None):
+        """Let the schedule fire again."""
+        return Response(ScheduleSerializer(schedules.resume(self.get_object().slug)).data)
+
+    @document(request=None, responses={202: RunSummarySerializer, **errors_for(404, 429)})
+    @action(detail=True, methods=["post"])
+    def trigger(self, request, slug=None):
+        """Start a run of the schedule's workflow now, outside its fire times."""
+        run = schedules.trigger(self.get_object().slug)
+        return Response(RunSummarySerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class SchemaView(DurableView, SpectacularAPIView):
+    """The OpenAPI schema of these routes, with the server URL where they are mounted."""
+
+    action = "schema"
+    required_permissions = {"schema": "view_workflowrun"}
+    urlconf = "django_durable.api.urls"
+    schema = None  # not a route of its own schema
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
+        return response  # an error is JSON like every other, not a schema document
+
+    def get(self, request, *args, **kwargs):
+        base = request.path[: -len("schema/")] if request.path.endswith("schema/") else request.path
+        self.custom_settings = {
+            "TITLE": "django-durable", "VERSION": "1", "SERVERS": [{"url": base.rstrip("/") or "/"}],
+            "ENUM_NAME_OVERRIDES": {
+                "RunStatusEnum": WorkflowRun.Status.choices, "StepStatusEnum": Step.Status.choices,
+                "ScheduleStatusEnum": Schedule.Status.choices,
+            },
+            "DESCRIPTION": "Durable workflow runs: start, status, cancel, signals, events, results, schedules. "
+                           "Errors are {\"error\": {\"code\", \"message\"}} with stable codes.",
+        }
+        return super().get(request, *args, **kwargs)
+
+
+def _valid(serializer_class, request) -> dict:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _datetime(text: str, name: str):
+    try:
+        when = parse_datetime(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise exceptions.ValidationError({name: ["Give an ISO 8601 date and time with its offset."]})
+    return when
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise exceptions.ValidationError({"wait": ["Give a number of seconds."]}) from None
+    if not 0 <= seconds < float("inf"):
+        raise exceptions.ValidationError({"wait": ["Give a number of seconds."]})
+    return seconds
+
+
+def _release_connection() -> None:
+    """Give the connection back while waiting; inside ATOMIC_REQUESTS it must stay."""
+    connection = connections[conf.get("DATABASE")]
+    if not connection.in_atomic_block:
+        connection.close()
