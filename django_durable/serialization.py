@@ -28,12 +28,23 @@ def encode(value: Any, *, what: str = "value", max_bytes: int | None = None) -> 
         text = json.dumps(value, ensure_ascii=False)
     else:
         text = json.dumps(_to_json(value, what, 0), ensure_ascii=False, separators=(",", ":"))
+    if not text.isascii() and _has_lone_surrogate(text):
+        # A lone surrogate cannot be stored as UTF-8 text; as a \u escape it can, and decodes back.
+        text = json.dumps(value if type(value) in _PLAIN else _to_json(value, what, 0), separators=(",", ":"))
     if max_bytes is not None and len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
         raise PayloadTooLarge(
             f"The {what} is {len(text.encode())} bytes of JSON, more than the limit of {max_bytes} "
             f"bytes (DURABLE_MAX_PAYLOAD_BYTES). Store large data elsewhere and pass a reference."
         )
     return text
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def decode(text: str | None) -> Any:

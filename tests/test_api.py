@@ -404,6 +404,41 @@ def test_an_unexpected_error_is_json_without_a_traceback(api, monkeypatch):
     assert b"internal detail" not in response.content and b"Traceback" not in response.content
 
 
+def test_nested_field_errors_are_named_by_their_path(api):
+    response = api.post(f"{API}workflows/", {"workflow": "", "args": [1, {"x": 1}], "kwargs": {"when": "now"},
+                                             "priority": "high"}, format="json")
+    assert response.status_code == 400 and error_code(response) == "invalid"
+    assert set(response.json()["error"]["fields"]) == {"workflow", "priority"}
+
+
+def test_null_values_and_any_unicode_in_the_input_round_trip(api):
+    """Found by the fuzz test: a null keyword argument was refused, a lone surrogate broke Postgres."""
+    kwargs = {"none": None, "lone \ud9be": "\udad3 and \x00 and \u00e9"}
+    body = json.dumps({"workflow": "tests.three_steps", "kwargs": kwargs})  # escaped: no UTF-8 for a lone surrogate
+    response = api.post(f"{API}workflows/", body, content_type="application/json")
+    assert response.status_code == 201, response.content
+    run = WorkflowRun.objects.get(pk=response.json()["id"])
+    assert run.get_input()["kwargs"] == kwargs
+    assert api.get(f"{API}workflows/{run.pk}/").json()["input"]["kwargs"] == kwargs
+
+
+@pytest.mark.parametrize("query", ["created_before=4609-07-21T02:25:57.61%2B18:23", "created_after=0001-01-01T00:00:00%2B01:00",
+                                   "queue=a%00b", "reason=%00"])
+def test_odd_query_values_are_a_400_or_an_answer_never_a_500(api, query):
+    run = durable.start("tests.approval")
+    for url in (f"{API}workflows/?{query}", f"{API}workflows/{run.pk}/?{query}"):
+        response = api.get(url)
+        assert response.status_code in (200, 400), (url, response.content)
+    assert api.get(f"{API}workflows/?created_before=4609-07-21T02:25:57%2B18:23").json()["results"][0]["id"] == str(run.pk)
+
+
+def test_a_null_character_in_a_signal_or_event_name_is_a_400(api):
+    run = durable.start("tests.approval")
+    assert api.post(f"{API}workflows/{run.pk}/signals/a%00b/", {}, format="json").status_code == 400
+    assert api.post(f"{API}events/a%00b/", {}, format="json").status_code == 400
+    assert run.signals.count() == 0
+
+
 # -- the schema ----------------------------------------------------------------------------------
 
 

@@ -1,6 +1,8 @@
 """The REST API over real HTTP against a live server: the flow a front end uses, with a real
 worker, and a schemathesis run that looks for 500s and responses the schema does not describe."""
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -83,7 +85,7 @@ def test_the_api_never_answers_500_and_keeps_to_its_schema(api_schema, operator)
     for operation in operations:
 
         @given(case=operation.as_strategy(), pick=st.integers(0, len(runs)))
-        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=int(os.environ.get("DURABLE_FUZZ_EXAMPLES", 30)), deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case, pick):
             if "id" in (case.path_parameters or {}) and pick < len(runs):
                 case.path_parameters["id"] = runs[pick]

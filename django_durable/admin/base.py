@@ -3,16 +3,15 @@ table, and a banner when no worker is running."""
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from functools import cached_property
 
 from django.contrib import admin
 from django.core.paginator import Paginator
-from django.utils import timezone
 
 from .. import conf
 from ..models import Worker
+from ..stats import live_workers_since
 from .display import relative
 
 LIST_COUNT_CAP = 10_000
@@ -29,10 +28,6 @@ class CappedPaginator(Paginator):
         found = self.object_list.order_by().values("pk")[: LIST_COUNT_CAP + 1].count()
         self.capped = found > LIST_COUNT_CAP
         return min(found, LIST_COUNT_CAP)
-
-
-def live_workers_since() -> dt.datetime:
-    return timezone.now() - dt.timedelta(seconds=float(conf.get("WORKER_STALE_SECONDS")))
 
 
 def worker_banner() -> str:

@@ -7,7 +7,7 @@ import datetime as dt
 from collections import defaultdict
 
 from django.contrib import admin
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.db.models.functions import Trunc
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -16,16 +16,11 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ..models import Overview, Schedule, Worker, WorkflowRun, WorkItem
+from ..stats import OUTCOMES, live_workers_since, queue_lag, status_table
 from . import display
-from .base import DurableAdmin, live_workers_since
+from .base import DurableAdmin
 
-Status = WorkflowRun.Status
-UNFINISHED = [Status.PENDING, Status.RUNNING, Status.WAITING]
-OUTCOMES = [  # (label, statuses, colour) of the stacked bars
-    ("completed", [Status.COMPLETED], "#2e7d32"),
-    ("failed", [Status.FAILED, Status.TIMED_OUT, Status.COMPENSATION_FAILED], "#c62828"),
-    ("cancelled", [Status.CANCELLED], "#9e9e9e"),
-]
+COLOURS = {"completed": "#2e7d32", "failed": "#c62828", "cancelled": "#9e9e9e"}  # of the stacked bars
 
 
 @admin.register(Overview)
@@ -63,40 +58,6 @@ class OverviewAdmin(DurableAdmin):
         return TemplateResponse(request, "admin/django_durable/overview.html", context)
 
 
-def status_table(now):
-    """Rows per queue: unfinished runs by status now, and runs finished in the last 24 hours by outcome."""
-    since = now - dt.timedelta(days=1)
-    cells: dict = defaultdict(lambda: defaultdict(int))
-    unfinished = (
-        WorkflowRun.objects.filter(status__in=UNFINISHED).order_by()
-        .values_list("queue", "status").annotate(n=Count("pk"))
-    )
-    for queue, status, n in unfinished:
-        cells[queue][status] += n
-    finished = (
-        WorkflowRun.objects.filter(finished_at__gte=since).order_by()
-        .values_list("queue", "status").annotate(n=Count("pk"))
-    )
-    for queue, status, n in finished:
-        for label, statuses, _ in OUTCOMES:
-            if status in statuses:
-                cells[queue][label] += n
-    columns = [status.value for status in UNFINISHED] + [label for label, _, _ in OUTCOMES]
-    rows = [{"queue": queue, "cells": [cells[queue][c] for c in columns]} for queue in sorted(cells)]
-    totals = [sum(row["cells"][i] for row in rows) for i in range(len(columns))]
-    return {"columns": columns, "rows": rows, "totals": totals, "unfinished": len(UNFINISHED)}
-
-
-def queue_lag(now):
-    """Per queue: how many items are ready now and how long the oldest has waited (the partial index)."""
-    ready = (
-        WorkItem.objects.filter(status=WorkItem.Status.PENDING, available_at__lte=now).order_by()
-        .values_list("queue").annotate(n=Count("pk"), oldest=Min("available_at"))
-    )
-    return [{"queue": queue, "ready": n, "lag": display.duration((now - oldest).total_seconds())}
-            for queue, n, oldest in sorted(ready)]
-
-
 def worker_summary():
     since = live_workers_since()
     rows = list(Worker.objects.filter(stopped_at__isnull=True).order_by("-last_seen")[:50])
@@ -125,7 +86,7 @@ def finished_buckets(now, span: dt.timedelta, unit: str, width: int):
     for at, status, n in counts:
         index = int((at - first) / step)
         if 0 <= index < len(buckets):
-            for label, statuses, _ in OUTCOMES:
+            for label, statuses in OUTCOMES.items():
                 if status in statuses:
                     buckets[index][1][label] += n
     return buckets
@@ -145,8 +106,8 @@ def chart(buckets, unit_label: str, width: int = 460, height: int = 140):
     for index, (moment, counts) in enumerate(buckets):
         x = left + index * bar
         y = 8 + plot_h
-        tip = f"{moment:%H:%M} UTC: " + ", ".join(f"{counts[label]} {label}" for label, _, _ in OUTCOMES)
-        for label, _, colour in OUTCOMES:
+        tip = f"{moment:%H:%M} UTC: " + ", ".join(f"{counts[label]} {label}" for label in OUTCOMES)
+        for label, colour in COLOURS.items():
             n = counts[label]
             if not n:
                 continue
@@ -161,13 +122,13 @@ def chart(buckets, unit_label: str, width: int = 460, height: int = 140):
             parts.append(f'<text x="{x + bar / 2:.1f}" y="{height - 4}" text-anchor="middle" class="tick">'
                          f'{moment:%H:%M}</text>')
     parts.append("</svg>")
-    total = {label: sum(counts[label] for _, counts in buckets) for label, _, _ in OUTCOMES}
+    total = {label: sum(counts[label] for _, counts in buckets) for label in OUTCOMES}
     return {"svg": mark_safe("".join(parts)), "total": total}
 
 
 def recent_failures(*, with_message: bool, limit: int = 10):
     runs = list(
-        WorkflowRun.objects.filter(status__in=OUTCOMES[1][1], finished_at__isnull=False)
+        WorkflowRun.objects.filter(status__in=OUTCOMES["failed"], finished_at__isnull=False)
         .defer("input", "result").order_by("-finished_at")[:limit]
     )
     for run in runs:

@@ -12,7 +12,8 @@ from django.utils.html import format_html
 from .. import services
 from ..models import Timer, Worker, WorkflowEvent, WorkItem
 from . import display
-from .base import DurableAdmin, live_workers_since, parse_uuid
+from ..stats import live_workers_since
+from .base import DurableAdmin, parse_uuid
 from .filters import QueueFilter
 from .runs import run_link
 

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -38,6 +39,13 @@ class TooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "payload_too_large"
     default_detail = "The request body is larger than DURABLE_MAX_PAYLOAD_BYTES allows."
+
+
+class SafeJSONRenderer(JSONRenderer):
+    """DRF's JSON renderer with every non-ASCII character escaped: a run's input may hold a lone
+    surrogate (valid JSON, not encodable as UTF-8), and an answer must never fail to render."""
+
+    ensure_ascii = True
 
 
 class SafeJSONParser(JSONParser):
@@ -86,6 +94,16 @@ def translate(exc: Exception) -> Exception:
     return exc
 
 
+def check_text(request, path_values: dict) -> None:
+    """Refuse a NUL character in the query string or the path: no database column can store one."""
+    for name, values in request.query_params.lists():
+        if any("\x00" in value for value in values):
+            raise exceptions.ValidationError({name: ["Null characters are not allowed."]})
+    for name, value in path_values.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise exceptions.ValidationError({name: ["Null characters are not allowed."]})
+
+
 def handle(exc, context):
     """DRF's handler, with durable errors translated and every body shaped {"error": {"code", "message"}}."""
     exc = translate(exc)
@@ -98,8 +116,7 @@ def handle(exc, context):
     body = {"code": _code(exc, detail), "message": _message(detail)}
     if isinstance(exc, exceptions.ValidationError) and isinstance(detail, dict):
         body["message"] = "The request is not valid."
-        body["fields"] = {field: [str(item) for item in (errors if isinstance(errors, list) else [errors])]
-                          for field, errors in detail.items()}
+        body["fields"] = dict(_field_errors(detail))
     response.data = {"error": body}
     return response
 
@@ -112,12 +129,24 @@ def _code(exc, detail) -> str:
         return codes[0]
     if isinstance(codes, dict):
         # Field errors: "invalid", unless one of ours says more (DRF's own codes are details).
-        for value in codes.values():
-            for code in value if isinstance(value, list) else [value]:
-                if code in FIELD_CODES:
-                    return code
+        for _, code in _field_errors(codes):
+            if any(item in FIELD_CODES for item in code):
+                return next(item for item in code if item in FIELD_CODES)
         return "invalid"
     return getattr(exc, "default_code", "error")
+
+
+def _field_errors(detail, prefix=""):
+    """(field, [messages]) pairs from DRF's nested errors; nested fields are named "kwargs.name"."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            yield from _field_errors(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(detail, list) and any(isinstance(item, (dict, list)) for item in detail):
+        for index, value in enumerate(detail):  # a ListField's errors, by position
+            if value:
+                yield from _field_errors(value, f"{prefix}.{index}" if prefix else str(index))
+    else:
+        yield prefix or "non_field_errors", [str(item) for item in (detail if isinstance(detail, list) else [detail])]
 
 
 def _message(detail) -> str:

@@ -126,8 +126,8 @@ def error_of(text: str | None) -> dict | None:
 
 class StartSerializer(serializers.Serializer):
     workflow = serializers.CharField(max_length=200, help_text="A registered workflow name.")
-    args = serializers.ListField(child=serializers.JSONField(), required=False, default=list)
-    kwargs = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    args = serializers.ListField(child=serializers.JSONField(allow_null=True), required=False, default=list)
+    kwargs = serializers.DictField(child=serializers.JSONField(allow_null=True), required=False, default=dict)
     idempotency_key = serializers.CharField(max_length=255, required=False, allow_null=True)
     run_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Start at this time.")
     delay = serializers.FloatField(required=False, allow_null=True, min_value=0, help_text="Start in this many seconds.")

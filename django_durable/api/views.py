@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import time
 import uuid
 
@@ -59,7 +60,7 @@ def document(**kwargs):
 
 
 def errors_for(*codes: int) -> dict:
-    return {code: ERRORS[code] for code in (401, 403, *codes)}
+    return {code: ERRORS[code] for code in (400, 401, 403, *codes)}
 
 
 class DurableView:
@@ -67,6 +68,7 @@ class DurableView:
 
     schema = AutoSchema()
     parser_classes = [errors.SafeJSONParser]
+    renderer_classes = [errors.SafeJSONRenderer]
     required_permissions: dict[str, str] = {}
     throttle_scopes: dict[str, str] = {}
 
@@ -83,6 +85,7 @@ class DurableView:
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         errors.check_body_size(request)  # after authentication: strangers learn nothing
+        errors.check_text(request, kwargs)
 
     def by(self) -> str:
         return self.request.user.get_username()
@@ -327,6 +330,7 @@ class SchemaView(DurableView, SpectacularAPIView):
     required_permissions = {"schema": "view_workflowrun"}
     urlconf = "django_durable.api.urls"
     schema = None  # not a route of its own schema
+    renderer_classes = SpectacularAPIView.renderer_classes
 
     def handle_exception(self, exc):
         response = super().handle_exception(exc)
@@ -360,7 +364,10 @@ def _datetime(text: str, name: str):
         when = None
     if when is None or when.tzinfo is None:
         raise exceptions.ValidationError({name: ["Give an ISO 8601 date and time with its offset."]})
-    return when
+    try:
+        return when.astimezone(dt.timezone.utc)  # PostgreSQL takes offsets up to 15:59 only
+    except OverflowError:
+        raise exceptions.ValidationError({name: ["The date is out of range."]}) from None
 
 
 def _seconds(text: str) -> float:

@@ -1,0 +1,313 @@
+"""manage.py durable: start, inspect and steer runs from a shell, with exit codes scripts can use.
+
+    start WORKFLOW [--args JSON] [--kwargs JSON] [--wait SECONDS] ...
+    status RUN_ID [--steps]        list [--status S] [--workflow W] [--queue Q] [--limit N]
+    cancel RUN_ID [--reason R]     signal RUN_ID NAME [--payload JSON]     retry RUN_ID
+    schedules [list|sync|pause SLUG|resume SLUG|trigger SLUG]
+    prune [--older-than 30d] [--batch 1000] [--dry-run]
+    stats
+
+Exit codes: 0 done; 1 the run's state refused it (or, with start --wait, the run did not
+complete); 2 bad arguments or input; 3 no such run, workflow or schedule; 4 start --wait ran
+out of time. --json prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count
+
+from django_durable import conf, schedules, serialization, services, stats
+from django_durable.exceptions import (
+    DurableError,
+    InvalidTransition,
+    NotSerializable,
+    PayloadTooLarge,
+    RunFinished,
+    StepNotFound,
+    WaitTimeout,
+    WorkflowFailed,
+    WorkflowNotFound,
+)
+from django_durable.humanize import duration, relative
+from django_durable.models import Schedule, Step, WorkflowRun
+
+REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class Command(BaseCommand):
+    help = "Start, inspect and steer durable workflow runs; prune old ones; print statistics."
+
+    def add_arguments(self, parser):
+        commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+        start = commands.add_parser("start", help="start a run of a registered workflow")
+        start.add_argument("workflow")
+        start.add_argument("--args", dest="arguments", default="[]", help="positional arguments, a JSON list")
+        start.add_argument("--kwargs", dest="keywords", default="{}", help="keyword arguments, a JSON object")
+        start.add_argument("--idempotency-key")
+        start.add_argument("--queue")
+        start.add_argument("--priority", type=int)
+        start.add_argument("--delay", type=float, help="start in this many seconds")
+        start.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the result this long")
+        start.add_argument("--json", action="store_true")
+
+        status = commands.add_parser("status", help="a run's status, outcome and steps")
+        status.add_argument("run_id")
+        status.add_argument("--steps", action="store_true", help="list every step")
+        status.add_argument("--json", action="store_true")
+
+        listing = commands.add_parser("list", help="runs, newest first")
+        listing.add_argument("--status", help="one status, or several separated by commas")
+        listing.add_argument("--workflow")
+        listing.add_argument("--queue")
+        listing.add_argument("--limit", type=int, default=20)
+        listing.add_argument("--json", action="store_true")
+
+        cancel = commands.add_parser("cancel", help="cancel a run (and its unfinished children)")
+        cancel.add_argument("run_id")
+        cancel.add_argument("--reason")
+
+        signal = commands.add_parser("signal", help="send a signal to a run")
+        signal.add_argument("run_id")
+        signal.add_argument("name")
+        signal.add_argument("--payload", default="null", help="JSON")
+        signal.add_argument("--idempotency-key")
+
+        retry = commands.add_parser("retry", help="run a failed, timed-out or cancelled run again from its last checkpoint")
+        retry.add_argument("run_id")
+
+        sched = commands.add_parser("schedules", help="list, sync, pause, resume or trigger schedules")
+        sched.add_argument("action", nargs="?", default="list", choices=["list", "sync", "pause", "resume", "trigger"])
+        sched.add_argument("slug", nargs="?")
+        sched.add_argument("--json", action="store_true")
+
+        prune = commands.add_parser("prune", help="delete finished runs older than the retention period")
+        prune.add_argument("--older-than", metavar="AGE",
+                           help="e.g. 30d, 12h, 90m or seconds; default DURABLE_RETENTION")
+        prune.add_argument("--batch", type=int, default=1000, help="runs deleted per transaction")
+        prune.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
+
+        summary = commands.add_parser("stats", help="counts, queue lag, throughput")
+        summary.add_argument("--json", action="store_true")
+
+    def handle(self, *args, command, **options):
+        self.by = f"cli:{_login()}"
+        try:
+            return getattr(self, f"do_{command}")(**options)
+        except (WorkflowNotFound, StepNotFound, Schedule.DoesNotExist) as exc:
+            raise CommandError(str(exc) if isinstance(exc, DurableError) else "No such schedule.",
+                               returncode=NOT_FOUND) from None
+        except (RunFinished, InvalidTransition) as exc:
+            raise CommandError(str(exc), returncode=REFUSED) from None
+        except (NotSerializable, PayloadTooLarge, ValueError) as exc:
+            raise CommandError(str(exc), returncode=BAD_INPUT) from None
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def do_start(self, *, workflow, arguments, keywords, idempotency_key, queue, priority, delay, wait, json, **_):
+        try:
+            run = services.start_run(workflow, _json(arguments, "--args"), _json(keywords, "--kwargs"),
+                                     idempotency_key=idempotency_key, queue=queue, priority=priority, delay=delay,
+                                     by=self.by)
+        except TypeError as exc:  # --args not a list, --kwargs not an object
+            raise ValueError(str(exc)) from None
+        if wait is None:
+            self._print_run(run, json)
+            return
+        try:
+            services.wait(run.pk, timeout=wait)
+        except WaitTimeout:
+            self._print_run(services.get_run(run.pk), json)
+            raise CommandError(f"Run {run.pk} did not finish within {wait:g} s.", returncode=TIMED_OUT) from None
+        except WorkflowFailed:
+            self._print_run(services.get_run(run.pk), json)
+            raise CommandError(f"Run {run.pk} ended {services.get_run(run.pk).status}.", returncode=REFUSED) from None
+        self._print_run(services.get_run(run.pk), json)
+
+    def do_status(self, *, run_id, steps, json, **_):
+        run = services.get_run(run_id)
+        self._print_run(run, json, steps=steps)
+
+    def do_list(self, *, status, workflow, queue, limit, json, **_):
+        runs = WorkflowRun.objects.using(conf.get("DATABASE")).defer("input", "result").order_by("-created_at")
+        if status:
+            wanted = status.split(",")
+            unknown = set(wanted) - set(WorkflowRun.Status.values)
+            if unknown:
+                raise ValueError(f"Not a status: {sorted(unknown)[0]!r}; use {', '.join(WorkflowRun.Status.values)}.")
+            runs = runs.filter(status__in=wanted)
+        if workflow:
+            runs = runs.filter(workflow=workflow)
+        if queue:
+            runs = runs.filter(queue=queue)
+        rows = list(runs[: max(1, limit)])
+        if json:
+            self._json_out([_run_data(run, steps=False) for run in rows])
+            return
+        for run in rows:
+            self.stdout.write(f"{run.pk}  {run.status:<19} {run.workflow:<30} {relative(run.created_at):>14}  "
+                              f"{run.waiting_on[:60]}")
+
+    def do_cancel(self, *, run_id, reason, **_):
+        run = services.cancel(run_id, reason, by=self.by)
+        self.stdout.write(f"{run.pk} {'cancelled' if run.status == 'cancelled' else 'cancel requested'}")
+
+    def do_signal(self, *, run_id, name, payload, idempotency_key, **_):
+        message = services.signal(run_id, name, _json(payload, "--payload"), idempotency_key=idempotency_key,
+                                  by=self.by)
+        self.stdout.write(f"signal {message.name!r} sent to {message.run_id} (message {message.pk})")
+
+    def do_retry(self, *, run_id, **_):
+        run = services.retry_run(run_id, by=self.by)
+        self.stdout.write(f"{run.pk} {run.status}: it goes again from its last checkpoint")
+
+    # -- schedules, housekeeping ---------------------------------------------------------------------
+
+    def do_schedules(self, *, action, slug, json, **_):
+        if action == "sync":
+            kept, removed = schedules.sync_declared()
+            self.stdout.write(f"{kept} declared schedule(s) in place, {removed} no longer declared removed.")
+            return
+        if action != "list":
+            if not slug:
+                raise ValueError(f"schedules {action} needs a schedule's slug.")
+            if action == "trigger":
+                run = schedules.trigger(slug)
+                self.stdout.write(f"started run {run.pk} of {run.workflow}")
+                return
+            schedule = (schedules.pause if action == "pause" else schedules.resume)(slug)
+            self.stdout.write(f"{schedule.slug} {schedule.status}")
+            return
+        rows = list(schedules.list())
+        if json:
+            self._json_out([{"slug": s.slug, "workflow": s.workflow, "cron": s.cron, "interval": s.interval,
+                             "timezone": s.timezone, "status": s.status, "declared": s.declared,
+                             "next_fire_at": _iso(s.next_fire_at), "last_run": s.last_run_id and str(s.last_run_id)}
+                            for s in rows])
+            return
+        for s in rows:
+            timing = s.cron or f"every {s.interval:g} s"
+            upcoming = s.next_fire_at.isoformat() if s.next_fire_at else "-"
+            self.stdout.write(f"{s.slug:<30} {s.status:<7} {timing:<20} {s.timezone:<16} next {upcoming}  {s.workflow}")
+
+    def do_prune(self, *, older_than, batch, dry_run, **_):
+        age = _age(older_than) if older_than else _retention()
+        cutoff = dt.datetime.now(dt.timezone.utc) - age
+        db = conf.get("DATABASE")
+        old = WorkflowRun.objects.using(db).filter(status__in=WorkflowRun.TERMINAL, finished_at__lt=cutoff)
+        if dry_run:
+            self.stdout.write(f"{old.count()} finished run(s) older than {duration(age.total_seconds())} "
+                              f"(finished before {cutoff:%Y-%m-%d %H:%M:%S} UTC) would be deleted.")
+            return
+        deleted = 0
+        while True:
+            # One batch per transaction: the ids, then their rows and everything that hangs off them.
+            ids = list(old.order_by("finished_at").values_list("pk", flat=True)[: max(1, batch)])
+            if not ids:
+                break
+            WorkflowRun.objects.using(db).filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
+            deleted += len(ids)
+        self.stdout.write(f"deleted {deleted} finished run(s) older than {duration(age.total_seconds())}.")
+
+    def do_stats(self, *, json, **_):
+        data = stats.summary()
+        if json:
+            self._json_out(data)
+            return
+        unfinished = ", ".join(f"{n} {status}" for status, n in data["unfinished"].items())
+        self.stdout.write(f"unfinished: {unfinished}")
+        for span in ("last_hour", "last_day"):
+            counts = data[f"finished_{span}"]
+            self.stdout.write(f"finished in the {span.replace('_', ' ')}: "
+                              + ", ".join(f"{n} {label}" for label, n in counts.items()))
+        for queue in data["queues"]:
+            self.stdout.write(f"queue {queue['queue']}: {queue['ready']} ready, the oldest waited {queue['lag']}")
+        if not data["queues"]:
+            self.stdout.write("no work is waiting for a worker")
+        self.stdout.write(f"workers: {data['workers']['live']} live, {data['workers']['stale']} stale; "
+                          f"{data['expired_claims']} claim(s) with an expired lease")
+
+    # -- output ----------------------------------------------------------------------------------
+
+    def _print_run(self, run, as_json: bool, *, steps: bool = False) -> None:
+        data = _run_data(run, steps=steps)
+        if as_json:
+            self._json_out(data)
+            return
+        self.stdout.write(f"{run.pk} {run.workflow}: {run.status}" + (f" ({run.waiting_on})" if run.waiting_on else ""))
+        if run.status == WorkflowRun.Status.COMPLETED:
+            self.stdout.write(f"result: {serialization.encode(data['result'])}")
+        if data.get("error"):
+            self.stdout.write(f"error: {data['error']['type']}: {data['error']['message']}")
+        counts = ", ".join(f"{n} {status}" for status, n in data["step_counts"].items())
+        self.stdout.write(f"steps: {counts or 'none yet'}")
+        for step in data.get("steps", []):
+            self.stdout.write(f"  {step['seq']:>4} {step['key']:<30} {step['kind']:<8} {step['status']:<9} "
+                              f"attempts {step['attempts']}")
+
+    def _json_out(self, data) -> None:
+        self.stdout.write(json.dumps(data, indent=2, default=str))
+
+
+def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
+    from django_durable.api.serializers import error_of
+
+    data = {
+        "id": str(run.pk), "workflow": run.workflow, "status": run.status, "waiting_on": run.waiting_on,
+        "queue": run.queue, "attempt": run.attempt, "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
+    }
+    if "result" not in run.get_deferred_fields():
+        data["result"] = run.get_result() if run.status == WorkflowRun.Status.COMPLETED else None
+        data["error"] = error_of(run.error)
+        counts = Step.objects.filter(run_id=run.pk).order_by().values_list("status").annotate(n=Count("pk"))
+        data["step_counts"] = dict(counts)
+    if steps:
+        data["steps"] = [
+            {"seq": s.seq, "key": s.key, "kind": s.kind, "status": s.status, "attempts": s.attempts}
+            for s in Step.objects.filter(run_id=run.pk).order_by("seq")
+        ]
+    return data
+
+
+def _json(text: str, what: str):
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _age(text: str) -> dt.timedelta:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match:
+        raise ValueError(f"--older-than takes a number with s, m, h or d (like 30d), not {text!r}.")
+    return dt.timedelta(seconds=float(match.group(1)) * UNITS[match.group(2) or "s"])
+
+
+def _retention() -> dt.timedelta:
+    value = conf.get("RETENTION")
+    if isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"DURABLE_RETENTION must be a timedelta or a positive number of seconds, not {value!r}.")
+    return dt.timedelta(seconds=value)
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def _login() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container): still a command-line action
+        return str(sys.argv[0])

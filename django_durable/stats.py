@@ -1,0 +1,96 @@
+"""Counts that tell how the durable machinery is doing, for the admin's overview and the command line.
+
+Every number reads an index range (unfinished runs, runs finished since a time, pending work
+items), never the whole runs table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+
+from django.db.models import Count, Min
+from django.utils import timezone
+
+from . import conf
+from .humanize import duration
+from .models import Worker, WorkflowRun, WorkItem
+
+Status = WorkflowRun.Status
+UNFINISHED = [Status.PENDING, Status.RUNNING, Status.WAITING]
+OUTCOMES = {  # what a finished run counts as
+    "completed": [Status.COMPLETED],
+    "failed": [Status.FAILED, Status.TIMED_OUT, Status.COMPENSATION_FAILED],
+    "cancelled": [Status.CANCELLED],
+}
+
+
+def live_workers_since() -> dt.datetime:
+    """Workers seen after this are live (DURABLE_WORKER_STALE_SECONDS)."""
+    return timezone.now() - dt.timedelta(seconds=float(conf.get("WORKER_STALE_SECONDS")))
+
+
+def status_table(now):
+    """Rows per queue: unfinished runs by status now, and runs finished in the last 24 hours by outcome."""
+    since = now - dt.timedelta(days=1)
+    cells: dict = defaultdict(lambda: defaultdict(int))
+    unfinished = (
+        WorkflowRun.objects.filter(status__in=UNFINISHED).order_by()
+        .values_list("queue", "status").annotate(n=Count("pk"))
+    )
+    for queue, status, n in unfinished:
+        cells[queue][status] += n
+    finished = (
+        WorkflowRun.objects.filter(finished_at__gte=since).order_by()
+        .values_list("queue", "status").annotate(n=Count("pk"))
+    )
+    for queue, status, n in finished:
+        for label, statuses in OUTCOMES.items():
+            if status in statuses:
+                cells[queue][label] += n
+    columns = [status.value for status in UNFINISHED] + list(OUTCOMES)
+    rows = [{"queue": queue, "cells": [cells[queue][c] for c in columns]} for queue in sorted(cells)]
+    totals = [sum(row["cells"][i] for row in rows) for i in range(len(columns))]
+    return {"columns": columns, "rows": rows, "totals": totals, "unfinished": len(UNFINISHED)}
+
+
+def queue_lag(now):
+    """Per queue: how many items are ready now and how long the oldest has waited (the partial index)."""
+    ready = (
+        WorkItem.objects.filter(status=WorkItem.Status.PENDING, available_at__lte=now).order_by()
+        .values_list("queue").annotate(n=Count("pk"), oldest=Min("available_at"))
+    )
+    return [{"queue": queue, "ready": n, "lag_seconds": (now - oldest).total_seconds(),
+             "lag": duration((now - oldest).total_seconds())} for queue, n, oldest in sorted(ready)]
+
+
+def finished_since(since: dt.datetime) -> dict[str, int]:
+    """Runs finished since `since`, by outcome."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    finished = WorkflowRun.objects.filter(finished_at__gte=since).order_by().values_list("status").annotate(n=Count("pk"))
+    for status, n in finished:
+        for label, statuses in OUTCOMES.items():
+            if status in statuses:
+                counts[label] += n
+    return counts
+
+
+def summary(now: dt.datetime | None = None) -> dict:
+    """Everything `manage.py durable stats` prints, as plain data."""
+    now = now or timezone.now()
+    unfinished = dict.fromkeys(UNFINISHED, 0)
+    for status, n in WorkflowRun.objects.filter(status__in=UNFINISHED).order_by().values_list("status").annotate(
+            n=Count("pk")):
+        unfinished[status] = n
+    workers = Worker.objects.filter(stopped_at__isnull=True)
+    since = live_workers_since()
+    return {
+        "at": now.isoformat(),
+        "unfinished": {str(k): v for k, v in unfinished.items()},
+        "finished_last_hour": finished_since(now - dt.timedelta(hours=1)),
+        "finished_last_day": finished_since(now - dt.timedelta(days=1)),
+        "queues": queue_lag(now),
+        "expired_claims": WorkItem.objects.expired().count(),
+        "workers": {"live": workers.filter(last_seen__gte=since).count(),
+                    "stale": workers.filter(last_seen__lt=since).count()},
+    }
