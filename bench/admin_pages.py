@@ -1,8 +1,10 @@
-"""The admin section of the benchmark: the operator dashboard's pages on a large table.
+"""The admin and api sections of the benchmark: the operator dashboard and the REST API on a large table.
 
-Fills PostgreSQL with `runs` runs of `steps` steps each (set-based INSERTs), then renders each
+Fills PostgreSQL with `runs` runs of `steps` steps each (set-based INSERTs), then requests each
 page `loads` times through Django's full request stack (test client, a logged-in superuser)
-and reports the p50 and p95 render times and the queries per page.
+and reports the p50 and p95 times and the queries per page. The API's status route is also
+measured against a bare Django view that reads the same row (one query, JsonResponse), in the
+same loop, so the ratio says what DRF, the permissions and the serializer cost.
 """
 
 from __future__ import annotations
@@ -97,19 +99,59 @@ def measure(client: Client, url: str, loads: int) -> dict:
             "queries": len(queries)}
 
 
-def admin_pages(runs: int = 100_000, steps: int = 10, loads: int = 20) -> dict:
+def pages(runs: int = 100_000, steps: int = 10, loads: int = 20, *, admin: bool = True, api: bool = True) -> dict:
     started = time.perf_counter()
     fill(runs, steps)
-    filled = time.perf_counter() - started
+    figures = {"fill_s": time.perf_counter() - started}
     user, _ = get_user_model().objects.get_or_create(username="bench-admin", defaults={"is_staff": True,
                                                                                        "is_superuser": True})
     client = Client()
     client.force_login(user)
+    if admin:
+        figures.update({f"admin_{k}": v for k, v in admin_pages(client, loads).items()})
+    if api:
+        figures.update({f"api_{k}": v for k, v in api_pages(client).items()})
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {TABLES}, durable_worker CASCADE")
+    return figures
+
+
+def api_pages(client: Client, requests: int = 2000) -> dict:
+    """GET workflows/{id}/ for `requests` different runs, interleaved with the bare view on the same ids."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM durable_workflow_run ORDER BY random() LIMIT %s", [requests])
+        ids = [row[0] for row in cursor.fetchall()]
+    routes = {"status": "/api/durable/workflows/{}/", "bare": "/bare/{}/",
+              "status_steps": "/api/durable/workflows/{}/?include=steps"}
+    times = {name: [] for name in routes}
+    for name, url in routes.items():
+        client.get(url.format(ids[0]))  # warm
+    order = list(routes.items())
+    for i, run_id in enumerate(ids):
+        for name, url in order[i % 3:] + order[:i % 3]:  # each route comes first as often: a cold row is shared
+            started = time.perf_counter()
+            response = client.get(url.format(run_id))
+            times[name].append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (url, response.status_code)
+    figures = {}
+    for name, url in routes.items():
+        with CaptureQueriesContext(connection) as queries:
+            client.get(url.format(ids[0]))
+        figures[f"{name}_queries"] = len(queries)
+        figures[f"{name}_per_s"] = 1000 * len(ids) / sum(times[name])
+        figures[f"{name}_p50_ms"] = statistics.median(times[name])
+        figures[f"{name}_p95_ms"] = sorted(times[name])[int(0.95 * (len(ids) - 1))]
+    figures["status_vs_bare"] = figures["status_p50_ms"] / figures["bare_p50_ms"]
+    figures.update({f"list_{k}": v for k, v in measure(client, "/api/durable/workflows/?status=failed", 20).items()})
+    return figures
+
+
+def admin_pages(client: Client, loads: int) -> dict:
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM durable_workflow_run WHERE status = 'failed' LIMIT 1")
         failed = cursor.fetchone()[0]
     base = "/admin/django_durable/workflowrun/"
-    pages = {
+    urls = {
         "changelist": base,
         "changelist_failed": f"{base}?status=failed",
         "changelist_stuck": f"{base}?stuck=any",
@@ -118,10 +160,8 @@ def admin_pages(runs: int = 100_000, steps: int = 10, loads: int = 20) -> dict:
         "run_detail": f"{base}{failed}/change/",
         "work_items": "/admin/django_durable/workitem/",
     }
-    figures = {"fill_s": filled}
-    for name, url in pages.items():
+    figures = {}
+    for name, url in urls.items():
         for key, value in measure(client, url, loads).items():
             figures[f"{name}_{key}"] = value
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {TABLES}, durable_worker CASCADE")
     return figures

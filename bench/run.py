@@ -368,7 +368,8 @@ def main() -> None:
     parser.add_argument("--admin-runs", type=int, default=100_000)
     parser.add_argument("--sections", default="core,fanout,timers,signals",
                         help="comma-separated: core (ceiling, W1, W2), fanout (W3), timers (W4), signals (W5), "
-                             "schedules (W6, several minutes), admin (the dashboard on --admin-runs runs, once)")
+                             "schedules (W6, several minutes), admin (the dashboard on --admin-runs runs, once), "
+                             "api (the REST API on the same table)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
@@ -401,10 +402,11 @@ def main() -> None:
             samples.setdefault(key, []).append(value)
         print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{k}={v:.2f}" for k, v in figures.items()), file=sys.stderr)
     median = {key: statistics.median(values) for key, values in samples.items()}
-    if "admin" in sections:
-        from bench.admin_pages import admin_pages
+    if sections & {"admin", "api"}:
+        from bench.admin_pages import pages
 
-        median.update({f"admin_{k}": v for k, v in admin_pages(args.admin_runs).items()})
+        median.update({f"pages_{k}": v for k, v in
+                       pages(args.admin_runs, admin="admin" in sections, api="api" in sections).items()})
     queries = query_counts()
 
     rows = []
@@ -442,14 +444,25 @@ def main() -> None:
             ("W6 lateness, fire time to run start, p50", f"{median['w6_late_p50_ms']:.0f} ms"),
             ("W6 lateness, fire time to run start, p95", f"{median['w6_late_p95_ms']:.0f} ms"),
         ]
+    if sections & {"admin", "api"}:
+        rows.append((f"{args.admin_runs} runs and {10 * args.admin_runs} steps: filled in",
+                     f"{median['pages_fill_s']:.0f} s"))
     if "admin" in sections:
-        rows.append((f"admin, {args.admin_runs} runs and {10 * args.admin_runs} steps: filled in",
-                     f"{median['admin_fill_s']:.0f} s"))
         for page in ("changelist", "changelist_failed", "changelist_stuck", "changelist_search_id", "overview",
                      "run_detail", "work_items"):
-            rows.append((f"   {page.replace('_', ' ')}: p50 / p95 of 20 loads, queries",
-                         f"{median[f'admin_{page}_p50_ms']:.0f} / {median[f'admin_{page}_p95_ms']:.0f} ms, "
-                         f"{median[f'admin_{page}_queries']:.0f}"))
+            rows.append((f"admin {page.replace('_', ' ')}: p50 / p95 of 20 loads, queries",
+                         f"{median[f'pages_admin_{page}_p50_ms']:.0f} / {median[f'pages_admin_{page}_p95_ms']:.0f} ms, "
+                         f"{median[f'pages_admin_{page}_queries']:.0f}"))
+    if "api" in sections:
+        for route, label in (("status", "GET workflows/{id}/"), ("status_steps", "GET workflows/{id}/?include=steps"),
+                             ("bare", "bare Django view, same row")):
+            rows.append((f"api {label}: p50 / p95, req/s, queries",
+                         f"{median[f'pages_api_{route}_p50_ms']:.2f} / {median[f'pages_api_{route}_p95_ms']:.2f} ms, "
+                         f"{median[f'pages_api_{route}_per_s']:.0f}/s, {median[f'pages_api_{route}_queries']:.0f}"))
+        rows.append(("api status p50 as a multiple of the bare view", f"{median['pages_api_status_vs_bare']:.2f}"))
+        rows.append(("api GET workflows/?status=failed: p50 / p95, queries",
+                     f"{median['pages_api_list_p50_ms']:.1f} / {median['pages_api_list_p95_ms']:.1f} ms, "
+                     f"{median['pages_api_list_queries']:.0f}"))
     rows += [
         ("queries per step", f"{queries['per_step']:g}"),
         ("queries per claim", f"{queries['per_claim']}"),

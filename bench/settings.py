@@ -14,10 +14,11 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "rest_framework",
     "django_durable",
     "bench.benchapp",
 ]
-# The admin section renders the operator dashboard through the whole request stack.
+# The admin and api sections render the operator dashboard and the API through the whole request stack.
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -84,11 +84,13 @@ def summary(now: dt.datetime | None = None) -> dict:
         unfinished[status] = n
     workers = Worker.objects.filter(stopped_at__isnull=True)
     since = live_workers_since()
+    last_hour = finished_since(now - dt.timedelta(hours=1))
     return {
         "at": now.isoformat(),
         "unfinished": {str(k): v for k, v in unfinished.items()},
-        "finished_last_hour": finished_since(now - dt.timedelta(hours=1)),
+        "finished_last_hour": last_hour,
         "finished_last_day": finished_since(now - dt.timedelta(days=1)),
+        "finished_per_minute": round(sum(last_hour.values()) / 60, 2),  # over the last hour
         "queues": queue_lag(now),
         "expired_claims": WorkItem.objects.expired().count(),
         "workers": {"live": workers.filter(last_seen__gte=since).count(),

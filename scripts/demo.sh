@@ -46,9 +46,11 @@ cat <<TXT
 
   Example runs:   http://127.0.0.1:$PORT/   (approve or reject the waiting refund there)
   Operator admin: http://127.0.0.1:$PORT/admin/django_durable/overview/
+  REST API:       http://127.0.0.1:$PORT/api/durable/workflows/   (schema: .../api/durable/schema/)
   Log in as:      demo / demo
 
   Start more runs:  .venv/bin/python manage.py start_examples
+  From a shell:     .venv/bin/python manage.py durable list   (or stats, status ID, cancel ID ...)
   Press Ctrl-C to stop the worker and the server.
 
 TXT

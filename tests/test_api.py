@@ -385,6 +385,14 @@ def test_malformed_ids_are_a_404_without_a_query(api, bad):
         assert queries.captured_queries == [], (bad, method, suffix)
 
 
+def test_a_method_a_route_does_not_take_is_a_405(api, user):
+    response = api.put(f"{API}schedules/")
+    assert response.status_code == 405 and error_code(response) == "method_not_allowed"
+    assert api.patch(f"{API}workflows/{uuid.uuid4()}/").status_code == 405
+    assert as_user(user()).put(f"{API}schedules/").status_code == 405  # staff: told, not refused
+    assert APIClient().put(f"{API}schedules/").status_code in (401, 403)  # strangers learn nothing
+
+
 def test_an_unknown_uuid_is_a_404(api):
     assert api.get(f"{API}workflows/{uuid.uuid4()}/").status_code == 404
     assert api.delete(f"{API}workflows/{uuid.uuid4()}/").status_code == 404

@@ -140,6 +140,7 @@ def test_stats():
     assert "unfinished: 1 pending, 0 running, 1 waiting" in text
     assert "finished in the last hour: 1 completed, 1 failed, 0 cancelled" in text
     assert "queue default: 1 ready" in text
+    assert "throughput: 0.03 runs finished a minute" in text
     data = json.loads(durable_cli("stats", "--json"))
     assert data["finished_last_day"] == {"completed": 1, "failed": 1, "cancelled": 0}
     assert data["queues"][0]["queue"] == "default" and data["workers"] == {"live": 0, "stale": 0}

@@ -1,6 +1,8 @@
 """`make demo`'s script: a worker, the server and example runs on SQLite; Ctrl-C stops it all."""
 
+import base64
 import http.cookiejar
+import json
 import os
 import re
 import signal
@@ -81,6 +83,11 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
                                 timeout=5).read().decode()
         assert "Runs by queue" in overview and re.search(r"[1-9] live", overview)
         assert 'class="durable-banner"' not in overview
+        # The API, with the demo user's credentials as the README's curl lines use them.
+        api = urllib.request.Request(f"http://127.0.0.1:{port}/api/durable/workflows/?status=completed")
+        api.add_header("Authorization", "Basic " + base64.b64encode(b"demo:demo").decode())
+        listed = json.loads(urllib.request.urlopen(api, timeout=5).read())
+        assert listed["results"] and all(run["status"] == "completed" for run in listed["results"])
 
         os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         demo.wait(timeout=30)

@@ -30,6 +30,8 @@ class ActionPermission(BasePermission):
     message = "You do not have the permission this action needs."
 
     def has_permission(self, request, view):
+        if view.action is None and request.method.lower() not in getattr(view, "action_map", {}):
+            return True  # no action takes this method here: the view answers 405
         codename = view.required_permissions.get(view.action or "")
         if codename is None:
             return False  # an action without a declared permission is closed

@@ -212,8 +212,8 @@ class Command(BaseCommand):
             ids = list(old.order_by("finished_at").values_list("pk", flat=True)[: max(1, batch)])
             if not ids:
                 break
-            WorkflowRun.objects.using(db).filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
-            deleted += len(ids)
+            _, by_model = WorkflowRun.objects.using(db).filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
+            deleted += by_model.get(WorkflowRun._meta.label, 0)  # not one retried meanwhile
         self.stdout.write(f"deleted {deleted} finished run(s) older than {duration(age.total_seconds())}.")
 
     def do_stats(self, *, json, **_):
@@ -227,6 +227,7 @@ class Command(BaseCommand):
             counts = data[f"finished_{span}"]
             self.stdout.write(f"finished in the {span.replace('_', ' ')}: "
                               + ", ".join(f"{n} {label}" for label, n in counts.items()))
+        self.stdout.write(f"throughput: {data['finished_per_minute']:g} runs finished a minute over the last hour")
         for queue in data["queues"]:
             self.stdout.write(f"queue {queue['queue']}: {queue['ready']} ready, the oldest waited {queue['lag']}")
         if not data["queues"]:
