@@ -255,6 +255,17 @@ def test_oversized_and_too_deep_payloads_are_refused_before_any_write(api, setti
     assert WorkflowRun.objects.count() == 1 and not durable.get_run(run.pk).signals.exists()
 
 
+def test_t32_sizes_with_the_default_limit(api):
+    """RELIABILITY T32's sizes: a 10 MB body, a 100,000-deep list; then 100,000 keys, which fit."""
+    ten_mb = json.dumps({"workflow": "tests.three_steps", "args": ["x" * 10_000_000]})
+    assert api.post(f"{API}workflows/", ten_mb, content_type="application/json").status_code == 413
+    deep = '{"workflow": "tests.three_steps", "args": [' + "[" * 100_000 + "]" * 100_000 + "]}"
+    assert error_code(api.post(f"{API}workflows/", deep, content_type="application/json")) == "invalid_json"
+    assert not WorkflowRun.objects.exists()
+    keys = json.dumps({"workflow": "tests.three_steps", "args": [{f"k{i}": i for i in range(100_000)}]})
+    assert api.post(f"{API}workflows/", keys, content_type="application/json").status_code == 201
+
+
 def test_payloads_are_shown_only_with_the_payload_permission(user):
     run = durable.start("tests.raises", message=f"lookup of {SECRET} failed")
     drain()
