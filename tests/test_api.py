@@ -4,6 +4,7 @@ RELIABILITY T27 (DELETE idempotent), T36 (unregistered names), T37 (authn, authz
 throttle, AllowAny), T38 (malformed ids), T39 (no payload leak).
 """
 
+import base64
 import importlib
 import json
 import uuid
@@ -449,6 +450,16 @@ def test_odd_query_values_are_a_400_or_an_answer_never_a_500(api, query):
         response = api.get(url)
         assert response.status_code in (200, 400), (url, response.content)
     assert api.get(f"{API}workflows/?created_before=4609-07-21T02:25:57%2B18:23").json()["results"][0]["id"] == str(run.pk)
+
+
+@pytest.mark.parametrize("cursor", ["4609-07-21T02:25:57+18:23|6a3b2c1d-0000-4000-8000-000000000000",
+                                    "9999-12-31T23:59:59-23:00|6a3b2c1d-0000-4000-8000-000000000000",
+                                    "2026-01-01T00:00:00|6a3b2c1d-0000-4000-8000-000000000000", "x|y", "|"])
+def test_a_forged_cursor_is_a_400_or_a_page_never_a_500(api, cursor):
+    durable.start("tests.approval")
+    token = base64.urlsafe_b64encode(cursor.encode()).decode()
+    response = api.get(f"{API}workflows/?cursor={token}")
+    assert response.status_code in (200, 400), response.content
 
 
 def test_a_null_character_in_a_signal_or_event_name_is_a_400(api):

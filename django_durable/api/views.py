@@ -134,8 +134,8 @@ class RunPages(BasePagination):
             when = parse_datetime(created_at)
             if when is None or when.tzinfo is None:
                 raise ValueError(created_at)
-            return when, uuid.UUID(pk)
-        except (ValueError, UnicodeError, binascii.Error):
+            return when.astimezone(dt.timezone.utc), uuid.UUID(pk)
+        except (ValueError, UnicodeError, binascii.Error, OverflowError):
             raise exceptions.ValidationError({"cursor": ["This cursor is not valid."]}) from None
 
     def get_paginated_response_schema(self, schema):
