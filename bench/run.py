@@ -426,7 +426,7 @@ def main() -> None:
     if "fanout" in sections:
         for n in args.fanout.split(","):
             rows.append((f"W3 map over {n} items, start() to result", f"{median[f'w3_{n}_s']:.2f} s"))
-            rows.append((f"   per item", f"{median[f'w3_{n}_ms_per_item']:.2f} ms"))
+            rows.append(("   per item", f"{median[f'w3_{n}_ms_per_item']:.2f} ms"))
     if "timers" in sections:
         rows.append((f"W4 {args.timer_runs} sleepers due at once: all resumed in", f"{median['w4_all_resumed_s']:.1f} s"))
     if "signals" in sections:

@@ -8,12 +8,25 @@ clock (``django_durable.testing``); then the frozen value is sent to the databas
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from django.db.models import DateTimeField, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
 _frozen: dt.datetime | None = None
+
+
+def seconds(value, what: str, *, zero: bool = True) -> float:
+    """`value`, a number of seconds or a timedelta, in seconds; a ValueError naming `what` if it is
+    neither, not finite, negative, or (unless `zero`) zero."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+            or (value == 0 and not zero)):
+        raise ValueError(f"{what} must be a number of seconds or a timedelta {'>= 0' if zero else '> 0'}, "
+                         f"not {value!r}.")
+    return float(value)
 
 
 def now() -> dt.datetime:

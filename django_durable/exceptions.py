@@ -65,13 +65,9 @@ class RetryAfter(DurableError):
     """
 
     def __init__(self, seconds, message: str = ""):
-        import datetime as dt
+        from .clock import seconds as in_seconds
 
-        if isinstance(seconds, dt.timedelta):
-            seconds = seconds.total_seconds()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"RetryAfter needs a number of seconds >= 0, not {seconds!r}.")
-        self.seconds = float(seconds)
+        self.seconds = in_seconds(seconds, "RetryAfter's delay")
         super().__init__(message or f"Retry after {self.seconds:g} seconds.")
 
 

@@ -127,6 +127,19 @@ class WorkflowRun(models.Model):
     def get_error(self) -> dict | None:
         return serialization.decode(self.error)
 
+    def step_counts(self) -> dict[str, int]:
+        """How many of its journal entries have each status, in one query."""
+        return dict(self.steps.order_by().values_list("status").annotate(n=models.Count("pk")))
+
+    @classmethod
+    def statuses_from(cls, text: str) -> list[str]:
+        """The statuses named in "failed,timed_out"; ValueError naming one that is not a status."""
+        wanted = text.split(",")
+        unknown = sorted(set(wanted) - set(cls.Status.values))
+        if unknown:
+            raise ValueError(f"Not a status: {unknown[0][:50]!r}; use {', '.join(cls.Status.values)}.")
+        return wanted
+
 
 class Step(models.Model):
     """One journal entry of a run: a checkpointed step and its recorded outcome."""

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from . import clock
 from .exceptions import NonRetryableError, NotSerializable, PayloadTooLarge, RetryAfter
-
-
-def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"RetryPolicy {name} must be a number of seconds (or a timedelta) >= 0, not {value!r}.")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -40,8 +32,8 @@ class RetryPolicy:
     def __post_init__(self):
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ValueError(f"RetryPolicy max_attempts must be an integer >= 1, not {self.max_attempts!r}.")
-        object.__setattr__(self, "initial_backoff", _seconds(self.initial_backoff, "initial_backoff"))
-        object.__setattr__(self, "max_backoff", _seconds(self.max_backoff, "max_backoff"))
+        object.__setattr__(self, "initial_backoff", clock.seconds(self.initial_backoff, "RetryPolicy initial_backoff"))
+        object.__setattr__(self, "max_backoff", clock.seconds(self.max_backoff, "RetryPolicy max_backoff"))
         coefficient = self.backoff_coefficient
         if isinstance(coefficient, bool) or not isinstance(coefficient, (int, float)) or coefficient < 1:
             raise ValueError(f"RetryPolicy backoff_coefficient must be a number >= 1, not {coefficient!r}.")

@@ -24,13 +24,7 @@ _PLAIN = (str, int, bool, type(None))
 
 def encode(value: Any, *, what: str = "value", max_bytes: int | None = None) -> str:
     """Return `value` as JSON text; raise NotSerializable or PayloadTooLarge."""
-    if type(value) in _PLAIN:
-        text = json.dumps(value, ensure_ascii=False)
-    else:
-        text = json.dumps(_to_json(value, what, 0), ensure_ascii=False, separators=(",", ":"))
-    if not text.isascii() and _has_lone_surrogate(text):
-        # A lone surrogate cannot be stored as UTF-8 text; as a \u escape it can, and decodes back.
-        text = json.dumps(value if type(value) in _PLAIN else _to_json(value, what, 0), separators=(",", ":"))
+    text = dumps(value if type(value) in _PLAIN else _to_json(value, what, 0))
     if max_bytes is not None and len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
         raise PayloadTooLarge(
             f"The {what} is {len(text.encode())} bytes of JSON, more than the limit of {max_bytes} "
@@ -39,12 +33,17 @@ def encode(value: Any, *, what: str = "value", max_bytes: int | None = None) -> 
     return text
 
 
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return True
-    return False
+def dumps(plain: Any, *, indent: int | None = None) -> str:
+    """JSON text of plain JSON values that can be stored and sent as UTF-8: non-ASCII as it is,
+    unless the value holds a lone surrogate (valid JSON, not UTF-8): then all of it is escaped."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    text = json.dumps(plain, ensure_ascii=False, separators=separators, indent=indent)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = json.dumps(plain, separators=separators, indent=indent)
+    return text
 
 
 def decode(text: str | None) -> Any:
@@ -131,15 +130,27 @@ MAX_TRACEBACK_CHARS = 50_000
 def dumps_error(exc: BaseException, traceback_text: str = "") -> str:
     """Return the JSON text recording an exception: its type, message and traceback (truncated)."""
     kind = type(exc)
-    return json.dumps(
+    return dumps(
         {
             "type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__,
             "message": _truncate(_safe_str(exc), MAX_MESSAGE_CHARS),
             # The end of a traceback is where the error is: keep that part.
             "traceback": _truncate(traceback_text, MAX_TRACEBACK_CHARS, keep_end=True),
-        },
-        ensure_ascii=False,
+        }
     )
+
+
+def error_parts(text: str | None, *, limit: int = 1000) -> dict | None:
+    """The type and message of a stored error (the message cut at `limit`), never its traceback."""
+    if not text:
+        return None
+    try:
+        error = decode(text)
+    except ValueError:
+        return {"type": "", "message": text[:limit]}
+    if not isinstance(error, dict):
+        return {"type": "", "message": str(error)[:limit]}
+    return {"type": str(error.get("type", "")), "message": str(error.get("message", ""))[:limit]}
 
 
 def _truncate(text: str, limit: int, keep_end: bool = False) -> str:

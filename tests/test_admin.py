@@ -274,6 +274,12 @@ def test_an_action_the_run_state_refuses_is_shown_on_the_form(admin_client, runs
     assert not WorkflowEvent.objects.exists()
 
 
+def test_a_run_whose_input_holds_a_lone_surrogate_renders(admin_client):
+    run = durable.start("tests.three_steps", x="a\udc80")
+    page = admin_client.get(f"{RUNS}{run.pk}/change/")
+    assert page.status_code == 200 and b"\\udc80" in page.content
+
+
 def test_malformed_and_unknown_ids_are_404(admin_client):
     for bad in ("not-a-uuid", "A" * 300, "1%20OR%201=1", str(uuid.uuid4())):
         assert admin_client.get(f"{RUNS}{bad}/change/").status_code == 404, bad

@@ -387,6 +387,20 @@ def test_a_burst_of_cancels_is_throttled(api, settings):
     assert WorkflowRun.objects.filter(status="cancelled").count() == 60
 
 
+def test_starts_signals_events_and_triggers_are_throttled_too(api, settings):
+    settings.DURABLE_API_THROTTLE_RATES = {"start": "3/min", "signal": "2/min", "cancel": "60/min"}
+    schedules.ensure_schedule("hourly", "tests.tick", cron="0 * * * *")
+    starts = [api.post(f"{API}workflows/", {"workflow": "tests.approval"}, format="json").status_code for _ in range(4)]
+    assert starts == [201, 201, 201, 429]
+    assert api.post(f"{API}schedules/hourly/trigger/").status_code == 429  # a trigger is a start
+    run = WorkflowRun.objects.filter(workflow="tests.approval").first()
+    sent = [api.post(f"{API}workflows/{run.pk}/signals/go/", {}, format="json").status_code for _ in range(2)]
+    assert sent == [202, 202]
+    assert api.post(f"{API}events/paid/", {}, format="json").status_code == 429  # an event is a signal
+    assert api.delete(f"{API}workflows/{run.pk}/").status_code == 202  # each scope counts on its own
+    assert WorkflowRun.objects.count() == 3 and run.signals.count() == 2
+
+
 @pytest.mark.parametrize("bad", ["not-a-uuid", "A" * 10_000, "%00", "1%20OR%201=1", "١٢٣", "' OR '1'='1",
                                  "00000000-0000-0000-0000-00000000000g"])
 def test_malformed_ids_are_a_404_without_a_query(api, bad):

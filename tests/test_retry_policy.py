@@ -74,3 +74,12 @@ def test_the_project_setting_may_be_a_policy_or_a_dict():
         from_setting({"attempts": 2})
     with pytest.raises(ImproperlyConfigured, match="DURABLE_DEFAULT_RETRY must be"):
         from_setting(3)
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "5", dt.timedelta(seconds=-1)])
+def test_every_duration_refuses_what_is_not_a_finite_number_of_seconds(bad):
+    """One rule for back-offs, RetryAfter, timeouts, delays and sleeps: clock.seconds()."""
+    for make in (lambda: durable.RetryPolicy(max_backoff=bad), lambda: durable.RetryAfter(bad)):
+        with pytest.raises(ValueError, match="must be a number of seconds or a timedelta >= 0"):
+            make()
+    assert durable.RetryAfter(dt.timedelta(minutes=1)).seconds == 60.0

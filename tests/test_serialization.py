@@ -141,3 +141,23 @@ def test_nothing_in_the_package_imports_pickle():
         if "import pickle" in path.read_text() or "from pickle" in path.read_text()
     ]
     assert offenders == []
+
+
+def test_a_lone_surrogate_is_stored_escaped_and_reads_back():
+    """Valid JSON, not UTF-8: the text must still be storable (PostgreSQL) and sendable."""
+    value = {"k": "a\udc80 é"}
+    stored = serialization.encode(value)
+    stored.encode()  # no UnicodeEncodeError
+    assert serialization.decode(stored) == value
+    assert serialization.encode({"k": "é"}) == '{"k":"é"}'  # other text keeps its characters
+    error = serialization.dumps_error(ValueError("bad \udc80"))
+    error.encode()
+    assert serialization.error_parts(error) == {"type": "ValueError", "message": "bad \udc80"}
+    serialization.dumps({"k": "\udc80"}, indent=2).encode()
+
+
+def test_error_parts_never_gives_the_traceback():
+    error = serialization.dumps_error(KeyError("order"), "Traceback ... secret")
+    assert serialization.error_parts(error) == {"type": "KeyError", "message": "'order'"}
+    assert serialization.error_parts("not json", limit=3) == {"type": "", "message": "not"}
+    assert serialization.error_parts(None) is None

@@ -27,7 +27,7 @@ def pretty_json(text: str | None, *, limit: int | None = TRUNCATE_CHARS) -> tupl
     if text is None:
         return "", False
     try:
-        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
+        pretty = serialization.dumps(json.loads(text), indent=2)
     except ValueError:
         pretty = text
     if limit is not None and len(pretty) > limit:

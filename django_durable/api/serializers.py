@@ -3,7 +3,6 @@ without the view_payload permission."""
 
 from __future__ import annotations
 
-from django.db.models import Count
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -87,13 +86,12 @@ class RunSerializer(RunSummarySerializer):
 
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, run):
-        return error_of(run.error) if self._payloads() else None
+        return serialization.error_parts(run.error, limit=ERROR_MESSAGE_CHARS) if self._payloads() else None
 
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"},
                           "description": "how many journal entries have each status"})
     def get_steps(self, run) -> dict:
-        counts = Step.objects.filter(run_id=run.pk).order_by().values_list("status").annotate(n=Count("pk"))
-        return dict(counts)
+        return run.step_counts()
 
     @extend_schema_field(StepSerializer(many=True, allow_null=True))
     def get_journal(self, run):
@@ -101,27 +99,14 @@ class RunSerializer(RunSummarySerializer):
             return None
         payloads = self._payloads()
         rows = []
-        for step in Step.objects.filter(run_id=run.pk).order_by("seq")[:JOURNAL_LIMIT]:
+        for step in run.steps.order_by("seq")[:JOURNAL_LIMIT]:
             rows.append({
                 "key": step.key, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
                 "attempts": step.attempts, "started_at": step.started_at, "finished_at": step.finished_at,
                 "result": serialization.decode(step.result) if payloads and step.result is not None else None,
-                "error": error_of(step.error) if payloads else None,
+                "error": serialization.error_parts(step.error, limit=ERROR_MESSAGE_CHARS) if payloads else None,
             })
         return StepSerializer(rows, many=True).data
-
-
-def error_of(text: str | None) -> dict | None:
-    """The error's type and message (cut), never its traceback."""
-    if not text:
-        return None
-    try:
-        error = serialization.decode(text)
-    except ValueError:
-        return {"type": "", "message": text[:ERROR_MESSAGE_CHARS]}
-    if not isinstance(error, dict):
-        return {"type": "", "message": str(error)[:ERROR_MESSAGE_CHARS]}
-    return {"type": str(error.get("type", "")), "message": str(error.get("message", ""))[:ERROR_MESSAGE_CHARS]}
 
 
 class StartSerializer(serializers.Serializer):

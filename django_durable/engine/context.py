@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import conf, faults, serialization
+from .. import clock, conf, faults, serialization
 from ..exceptions import NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import Suspend
 from ..retry import RetryPolicy
@@ -257,13 +257,7 @@ def _retry_waiting_on(key, attempt, policy, retry_at) -> str:
 
 
 def _timeout_seconds(timeout) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, dt.timedelta):
-        timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"A step timeout must be a positive number of seconds or a timedelta, not {timeout!r}.")
-    return float(timeout)
+    return None if timeout is None else clock.seconds(timeout, "A step timeout", zero=False)
 
 
 def _check_key(key: str) -> None:

@@ -235,12 +235,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     try:
         value = definition.fn(context, *args, **kwargs)
     except Suspend as suspend:
-        records = session.take_pending()
-        if not workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
-                                records=records, timers=suspend.timers, items=suspend.items, then=then()):
-            return "lost"
-        session.committed(records)
-        return "waiting"
+        return _wait(claim, session, suspend)
     except Preempted:
         return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
     except LeaseLost:
@@ -264,6 +259,16 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     except (TypeError, ValueError) as exc:
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
     return _finish(claim, run, RunStatus.COMPLETED, result=result, session=session)
+
+
+def _wait(claim, session, suspend) -> str:
+    """Hand the run back, waiting, with its new records, timers and branches in one fenced write."""
+    records = session.take_pending()
+    if not workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
+                            records=records, timers=suspend.timers, items=suspend.items, then=session.then()):
+        return "lost"
+    session.committed(records)
+    return "waiting"
 
 
 def _finish(claim, run, status, *, result=None, error=None, session=None) -> str:
@@ -290,12 +295,7 @@ def _compensate(claim, run, session, context, status, error=None) -> str:
     try:
         context.rollback()
     except Suspend as suspend:  # a compensation waits to be retried
-        records = session.take_pending()
-        held = workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
-                                records=records, timers=suspend.timers, then=session.then())
-        if held:
-            session.committed(records)
-        return "waiting" if held else "lost"
+        return _wait(claim, session, suspend)
     except CompensationFailed as failed:
         return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
     except Preempted:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import serialization
+from .. import clock, serialization
 from ..exceptions import SignalTimeout
 from ..interrupts import CancelRequested, Suspend
 
@@ -20,7 +20,7 @@ class Waits:
 
         The wake-up time is recorded the first time, so a replay never sleeps again.
         """
-        seconds = _seconds(duration, "duration", allow_zero=True)
+        seconds = clock.seconds(duration, "A duration")
         self._wait(key, "sleep", key, until=lambda now: now + dt.timedelta(seconds=seconds))
 
     def sleep_until(self, key: str, when: dt.datetime) -> None:
@@ -124,16 +124,8 @@ def _check_name(name, what) -> None:
         raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {name!r}.")
 
 
-def _seconds(value, what, allow_zero=False) -> float:
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"A {what} must be a number of seconds or a timedelta >= 0, not {value!r}.")
-    return float(value)
-
-
 def _timeout(timeout) -> float | None:
-    return None if timeout is None else _seconds(timeout, "timeout")
+    return None if timeout is None else clock.seconds(timeout, "A timeout", zero=False)
 
 
 def _as_datetime(value) -> dt.datetime | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 
 from django.db import connections, transaction
-from django.db.models import Case, F, Value, When
 
 from .. import clock, conf, registry, serialization, signals, workpool
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
@@ -58,11 +57,7 @@ def _cancel(pk, error: str, db: str, *, root: bool, by: str | None = None, reaso
     definition = registry.find(run.workflow)
     if definition is not None and definition.compensate_on_cancel:
         # Its compensations must run first: a worker does that, then ends the run cancelled.
-        requested = items.update(
-            wake=True, status=Case(When(status=WorkItem.Status.COMPLETED, then=Value(WorkItem.Status.PENDING)),
-                                   default=F("status")),
-            available_at=Case(When(status=WorkItem.Status.COMPLETED, then=now), default=F("available_at")),
-        )
+        requested = workpool.wake(pk, db=db)
     else:
         # A worker holds it: ask, and flag the item so that it comes back to a worker even if
         # the run was about to wait; the worker ends the run at its next checkpoint.

@@ -71,10 +71,7 @@ def start_run(
     if run_at is not None and (not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at)):
         raise ValueError(f"run_at must be an aware datetime, not {run_at!r}.")
     if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"delay must be a timedelta or a number of seconds >= 0, not {delay!r}.")
-        run_at = clock.now() + dt.timedelta(seconds=seconds)
+        run_at = clock.now() + dt.timedelta(seconds=clock.seconds(delay, "delay"))
     if by is None:
         return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
                           priority=priority, run_at=run_at)

@@ -149,7 +149,5 @@ def _check_key(key) -> None:
 
 
 def _error_summary(error: str | None) -> str:
-    decoded = serialization.decode(error) if error else None
-    if not isinstance(decoded, dict):
-        return ""
-    return f"{decoded.get('type', '')}: {decoded.get('message', '')}"[:500]
+    parts = serialization.error_parts(error, limit=500)
+    return f"{parts['type']}: {parts['message']}"[:500] if parts else ""

@@ -347,16 +347,20 @@ def next_timer_in(*, db: str) -> float | None:
     return (earliest - clock.now()).total_seconds()
 
 
-def wake(run_ids, *, db: str) -> None:
-    """Make these runs' advance items ready; one being processed is flagged to run again."""
+def wake(run_ids, *, db: str) -> int:
+    """Make these runs' advance items ready; one being processed is flagged to run again.
+
+    Return how many items there were (a run without one has nothing that could advance it).
+    """
     if not isinstance(run_ids, (list, tuple, set)):
         run_ids = [run_ids]
-    WorkItem.objects.using(db).filter(run_id__in=run_ids, kind=WorkItem.Kind.ADVANCE).update(
+    woken = WorkItem.objects.using(db).filter(run_id__in=run_ids, kind=WorkItem.Kind.ADVANCE).update(
         status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
         available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
         wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
     )
     notify(db)
+    return woken
 
 
 def notify(db: str) -> None:

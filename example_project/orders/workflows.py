@@ -4,7 +4,6 @@ import time
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db.models import F
 
 import django_durable as durable
 

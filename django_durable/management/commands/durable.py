@@ -20,9 +20,8 @@ import re
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Count
 
-from django_durable import conf, schedules, serialization, services, stats
+from django_durable import clock, conf, schedules, serialization, services, stats
 from django_durable.exceptions import (
     DurableError,
     InvalidTransition,
@@ -35,7 +34,7 @@ from django_durable.exceptions import (
     WorkflowNotFound,
 )
 from django_durable.humanize import duration, relative
-from django_durable.models import Schedule, Step, WorkflowRun
+from django_durable.models import Schedule, WorkflowRun
 
 REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -138,11 +137,7 @@ class Command(BaseCommand):
     def do_list(self, *, status, workflow, queue, limit, json, **_):
         runs = WorkflowRun.objects.using(conf.get("DATABASE")).defer("input", "result").order_by("-created_at")
         if status:
-            wanted = status.split(",")
-            unknown = set(wanted) - set(WorkflowRun.Status.values)
-            if unknown:
-                raise ValueError(f"Not a status: {sorted(unknown)[0]!r}; use {', '.join(WorkflowRun.Status.values)}.")
-            runs = runs.filter(status__in=wanted)
+            runs = runs.filter(status__in=WorkflowRun.statuses_from(status))
         if workflow:
             runs = runs.filter(workflow=workflow)
         if queue:
@@ -258,8 +253,6 @@ class Command(BaseCommand):
 
 
 def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
-    from django_durable.api.serializers import error_of
-
     data = {
         "id": str(run.pk), "workflow": run.workflow, "status": run.status, "waiting_on": run.waiting_on,
         "queue": run.queue, "attempt": run.attempt, "created_at": _iso(run.created_at),
@@ -267,13 +260,12 @@ def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
     }
     if "result" not in run.get_deferred_fields():
         data["result"] = run.get_result() if run.status == WorkflowRun.Status.COMPLETED else None
-        data["error"] = error_of(run.error)
-        counts = Step.objects.filter(run_id=run.pk).order_by().values_list("status").annotate(n=Count("pk"))
-        data["step_counts"] = dict(counts)
+        data["error"] = serialization.error_parts(run.error)
+        data["step_counts"] = run.step_counts()
     if steps:
         data["steps"] = [
             {"seq": s.seq, "key": s.key, "kind": s.kind, "status": s.status, "attempts": s.attempts}
-            for s in Step.objects.filter(run_id=run.pk).order_by("seq")
+            for s in run.steps.order_by("seq")
         ]
     return data
 
@@ -293,12 +285,7 @@ def _age(text: str) -> dt.timedelta:
 
 
 def _retention() -> dt.timedelta:
-    value = conf.get("RETENTION")
-    if isinstance(value, dt.timedelta):
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"DURABLE_RETENTION must be a timedelta or a positive number of seconds, not {value!r}.")
-    return dt.timedelta(seconds=value)
+    return dt.timedelta(seconds=clock.seconds(conf.get("RETENTION"), "DURABLE_RETENTION", zero=False))
 
 
 def _iso(moment) -> str | None:
