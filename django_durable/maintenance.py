@@ -37,7 +37,7 @@ class Maintenance(threading.Thread):
         self.next_timers = min(self.next_timers, time.monotonic() + max(0.0, seconds))
 
     def run(self) -> None:
-        from .worker import DB_ERRORS, close_connection
+        from .worker import DB_ERRORS, close_connection, report_lost
 
         worker = self.worker
         now = time.monotonic()
@@ -57,7 +57,7 @@ class Maintenance(threading.Thread):
                         if now - last >= self.heartbeat:
                             beats[claim.token] = now
                             if not workpool.renew(claim):
-                                logger.warning("Worker %s lost its claim on run %s.", worker.name, claim.run_id)
+                                report_lost(claim, worker.name, "will record nothing of the step in progress")
                     else:
                         beats.clear()
                     if now >= next_report:

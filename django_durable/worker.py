@@ -18,7 +18,7 @@ from . import conf, schedules, workpool
 from .checks import check_sqlite_journal
 from .engine.branches import run_branch
 from .engine.replay import advance
-from .interrupts import DatabaseUnavailable
+from .interrupts import DatabaseUnavailable, LeaseLost
 from .maintenance import Maintenance
 from .models import WorkItem
 
@@ -144,14 +144,19 @@ class Worker:
         with self._current_lock:
             self._current = claim
         try:
-            if claim.kind == WorkItem.Kind.ADVANCE:
-                outcome = advance(claim, should_stop=self._stopping.is_set, then=self._chain)
-            elif claim.kind == WorkItem.Kind.STEP:
-                outcome = run_branch(claim, then=self._chain)
-            else:
-                raise ValueError(f"Work item {claim.item_id} has kind {claim.kind!r}, which this worker cannot run.")
+            try:
+                if claim.kind == WorkItem.Kind.ADVANCE:
+                    outcome = advance(claim, should_stop=self._stopping.is_set, then=self._chain)
+                elif claim.kind == WorkItem.Kind.STEP:
+                    outcome = run_branch(claim, then=self._chain)
+                else:
+                    raise ValueError(f"Work item {claim.item_id} has kind {claim.kind!r}, which this worker cannot run.")
+            except LeaseLost:
+                # Whatever kind of item, wherever the engine noticed: the claim is gone, so
+                # this worker writes nothing more for it and goes on with other work.
+                claim.lost, outcome = True, "lost"
             if outcome == "lost":
-                logger.warning("Worker %s lost its claim on run %s and abandoned it.", self.name, claim.run_id)
+                report_lost(claim, self.name, "abandoned it")
         except DB_ERRORS:
             # Hand the run back so another worker (or we, once reconnected) goes on at once
             # rather than after the lease; the release is fenced, so it is safe to try.
@@ -203,6 +208,16 @@ class Worker:
             os._exit(EXIT_REPLACE)
         # The stuck thread cannot be stopped, only the process: run the same command afresh.
         os.execv(sys.executable, sys.orig_argv)
+
+
+def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:
+    """Log, once per claim, that `worker` lost `claim` (to a lapsed lease or an operator)."""
+    if claim.reported:
+        return
+    claim.reported = True
+    kind = "run" if claim.kind == WorkItem.Kind.ADVANCE else f"branch {claim.step_key!r} of run"
+    logger.warning("Worker %s lost its claim on %s %s and %s; another worker goes on with it.",
+                   worker, kind, claim.run_id, what)
 
 
 def close_connection(db: str) -> None:

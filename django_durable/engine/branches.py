@@ -69,7 +69,11 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
             deadline = started + dt.timedelta(seconds=timeout)
             workpool.record_steps(claim, [_record(claim, spec, "running", None, None, attempt, started, deadline)])
         if not claim.alive():
-            raise LeaseLost("lease expired")
+            # Paused (GC, SIGSTOP, a partition) past the lease since the claim: another worker
+            # may hold the branch now, so this one must not start it.
+            return "lost"
+    except LeaseLost:
+        return "lost"
     except DatabaseError as exc:
         raise DatabaseUnavailable(str(exc)) from exc
     if faults.active:

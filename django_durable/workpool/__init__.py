@@ -68,6 +68,7 @@ class Claim:
     db_time_at: float = 0.0  # ...and time.monotonic() just after
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
+    reported: bool = False  # the loss was logged (once per claim)
     cancel_requested: bool = False  # learnt at claim, at each checkpoint and at each heartbeat
     step_deadline: float | None = None
     # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
@@ -146,7 +147,7 @@ def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
         function=function or "", input=item_input, group=group or "",
     )
     if faults.active:
-        faults.hit("after_claim_commit")
+        faults.hit("after_claim_commit", result.step_key)
     return result
 
 
