@@ -258,3 +258,93 @@ def test_a_branch_past_its_timeout_is_interrupted():
     assert time.monotonic() - started < 5
     assert run_of(run).get_result() == [0, "django_durable.exceptions.StepTimeout"]
     assert Step.objects.get(run=run, key="slow").deadline_at is not None
+
+
+# -- a finished parent leaves no child running ------------------------------------------------------------
+
+
+def children_of(run):
+    return {key: WorkflowRun.objects.get(pk=durable_child_id(run, key)) for key in
+            Step.objects.filter(run_id=run.pk, kind="child").values_list("key", flat=True)}
+
+
+def durable_child_id(run, key):
+    import uuid
+
+    return uuid.uuid5(run.pk, key)
+
+
+def test_a_failed_parent_cancels_its_unfinished_children_recursively_but_not_detached_ones():
+    run = durable.start("tests.failing_parent")
+    drain()
+    assert {child.status for child in children_of(run).values()} == {"waiting"}
+    durable.signal(run.pk, "fail")
+    drain()
+    assert run_of(run).status == "failed"
+    kids = children_of(run)
+    assert kids["kid"].status == "cancelled"
+    assert f"Its parent run {run.pk} ended failed" in kids["kid"].get_error()["message"]
+    grandchildren = children_of(kids["kid"])
+    assert {key: child.status for key, child in grandchildren.items()} == {"a": "cancelled", "b": "cancelled"}
+    # Nothing of the cancelled tree can wake any more.
+    from django_durable.models import Timer
+
+    assert not Timer.objects.filter(run_id__in=[c.pk for c in grandchildren.values()], status="pending").exists()
+    assert kids["free"].status == "waiting" and kids["free"].detached  # started detached: it goes on
+    durable.signal(kids["free"].pk, "approved", "yes")
+    drain()
+    assert durable.wait(kids["free"].pk, timeout=1) == "yes"
+
+
+def test_a_timed_out_parent_cancels_its_children():
+    with clock() as test_clock:
+        run = durable.start("tests.parent_with_deadline")
+        drain()
+        assert children_of(run)["kid"].status == "waiting"
+        test_clock.advance(seconds=61)
+        drain()
+    assert run_of(run).status == "timed_out"
+    assert children_of(run)["kid"].status == "cancelled"
+
+
+def test_a_parent_that_completes_leaves_the_child_it_did_not_wait_for_running():
+    run = durable.start("tests.parent_leaves_child")
+    drain()
+    assert run_of(run).status == "completed"
+    assert children_of(run)["kid"].status == "waiting"
+
+
+def test_a_parent_failed_as_poison_cancels_its_children(settings):
+    from django_durable import workpool
+
+    run = durable.start("tests.waiting_parent")
+    drain()
+    kids = children_of(run)
+    assert {child.status for child in kids.values()} == {"waiting"}
+    # Its worker died on it for the last time: the reaper fails it.
+    durable.signal(run.pk, "nudge")  # ready again
+    claim = workpool.claim(worker="doomed", queues=None, db="default")
+    assert claim.run_id == run.pk
+    WorkItem.objects.filter(pk=claim.item_id).update(attempts=settings.DURABLE_MAX_DELIVERIES,
+                                                      claim_expires_at="2000-01-01T00:00:00Z")
+    assert workpool.reap(db="default") == 1
+    assert run_of(run).status == "failed"
+    assert {key: child.status for key, child in children_of(run).items()} == {"a": "cancelled", "b": "cancelled"}
+
+
+def test_a_held_child_gets_a_cancel_request_when_its_parent_fails():
+    from django_durable import workpool
+    from django_durable.engine.replay import advance
+
+    run = durable.start("tests.parent_with_deadline")
+    drain()
+    kid = children_of(run)["kid"]
+    durable.signal(kid.pk, "other")  # the child's item is ready again...
+    held = workpool.claim(worker="w", queues=None, db="default")  # ...and a worker holds it
+    assert held.run_id == kid.pk
+    durable.force_fail(run.pk)
+    kid = WorkflowRun.objects.get(pk=kid.pk)
+    assert kid.status == "running" and kid.cancel_requested_at is not None
+    advance(held)  # its worker knew nothing yet, but its item was flagged to come back...
+    drain()
+    assert WorkflowRun.objects.get(pk=kid.pk).status == "cancelled"  # ...and it ended at the next claim

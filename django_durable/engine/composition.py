@@ -162,11 +162,14 @@ class Composition:
 
     # -- child workflows ----------------------------------------------------------------------
 
-    def start_child(self, key: str, workflow: str | Callable, /, *args: Any, **kwargs: Any) -> ChildHandle:
+    def start_child(self, key: str, workflow: str | Callable, /, *args: Any, detached: bool = False,
+                    **kwargs: Any) -> ChildHandle:
         """Start `workflow` as a child run, once for this key; return a handle to wait on it (or not).
 
         The child's id is derived from this run's id and `key`, so a replay never starts it twice.
-        Cancelling this run cancels its unfinished children.
+        When this run ends other than ``completed`` (failed, timed out, cancelled...), its
+        unfinished children are cancelled with it, unless started with ``detached=True``: a
+        fire-and-forget child that must outlive its parent's failure.
         """
         self._claim_key(key)
         definition = registry.get(workflow)
@@ -176,7 +179,7 @@ class Composition:
             self._check_same(key, entry, "child", definition.name)
         else:
             self._session.before_step(key)  # earlier checkpoints first: the child is an effect
-            self._session.start_child(child_id, definition, args, kwargs)
+            self._session.start_child(child_id, definition, args, kwargs, detached=detached)
             self._record(key, definition.name, "waiting", serialization.encode(str(child_id)), None,
                          self._session.now(), 1, kind="child")
         return ChildHandle(self, key, child_id)

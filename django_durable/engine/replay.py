@@ -57,12 +57,13 @@ class Session:
         self.rolling_back = False  # compensations run even after a cancel request
         self._children = {str(child_id): rest for child_id, *rest in (claim.run.children if claim.run else [])}
 
-    def start_child(self, child_id, definition, args, kwargs) -> None:
+    def start_child(self, child_id, definition, args, kwargs, detached: bool = False) -> None:
         """Create the child run (idempotent: its id is derived from this run and the key)."""
         from ..services import create_run
 
         try:
-            create_run(definition, list(args), kwargs, run_id=child_id, parent_id=self.claim.run_id)
+            create_run(definition, list(args), kwargs, run_id=child_id, parent_id=self.claim.run_id,
+                       detached=detached)
         except DatabaseError as exc:
             raise DatabaseUnavailable(str(exc)) from exc
 

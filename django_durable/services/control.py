@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import connections, transaction
+from django.db import transaction
 
-from .. import clock, conf, registry, serialization, signals, workpool
+from .. import clock, conf, registry, serialization, workpool
+from ..workpool import cancelling
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import audit
@@ -30,90 +31,27 @@ def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> Workf
     """Cancel a run and its unfinished children; return the run.
 
     A pending or waiting run ends ``cancelled`` at once, its timers cancelled. A running one is
-    stopped at its next checkpoint (no later step starts; ``ctx.cancel_requested`` turns True
-    for the step in progress). Cancelling again is harmless. Raise WorkflowNotFound for an
-    unknown run and RunFinished for one that already ended otherwise.
+    stopped at its next checkpoint, and its step in progress is interrupted (``durable.Cancelled``
+    is raised in it) after DURABLE_CANCEL_GRACE_SECONDS unless the step is not cancellable;
+    ``ctx.cancel_requested`` turns True for that step meanwhile. Children started detached go
+    on. Cancelling again is harmless. Raise WorkflowNotFound for an unknown run and RunFinished
+    for one that already ended otherwise.
     """
     pk = _run_pk(run_id)
     db = conf.get("DATABASE")
     error = serialization.dumps_error(Cancelled(reason or "The run was cancelled."))
     with transaction.atomic(using=db):
-        run = _cancel(pk, error, db, root=True, by=by, reason=reason or "")
-    return run
-
-
-def _cancel(pk, error: str, db: str, *, root: bool, by: str | None = None, reason: str = "") -> WorkflowRun:
-    run = lock_run(pk, db)
-    if run.status == Status.CANCELLED or (run.status in WorkflowRun.TERMINAL and not root):
-        return run
-    if run.status in WorkflowRun.TERMINAL:
-        raise RunFinished(pk, run.status)
-    if root:
-        audit.record(pk, EventType.CANCELLED, by=by, message=reason, db=db)
-    now = clock.db_now()
-    items = WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
-    # Its branches not started yet never start.
-    _cancel_branches(pk, db)
-    definition = registry.find(run.workflow)
-    if definition is not None and definition.compensate_on_cancel:
-        # Its compensations must run first: a worker does that, then ends the run cancelled.
-        requested = workpool.wake(pk, db=db)
-    else:
-        # A worker holds it: ask, and flag the item so that it comes back to a worker even if
-        # the run was about to wait; the worker ends the run at its next checkpoint.
-        requested = items.filter(status=WorkItem.Status.PROCESSING).update(wake=True)
-    if requested:
-        WorkflowRun.objects.using(db).filter(pk=pk, cancel_requested_at__isnull=True).update(
-            cancel_requested_at=now, error=error, updated_at=now
-        )
-        workpool.notify(db)
-    else:
-        items.update(status=WorkItem.Status.COMPLETED, wake=False, available_at=now)
-        _end(run, Status.CANCELLED, error, db, root=root, cancel_requested_at=now)
-    _cancel_children(pk, f"Its parent run {pk} was cancelled.", db)
+        cancelling.lock_descendants(pk, db)
+        run = lock_run(pk, db)
+        if run.status == Status.CANCELLED:
+            return run
+        if run.status in WorkflowRun.TERMINAL:
+            raise RunFinished(pk, run.status)
+        audit.record(pk, EventType.CANCELLED, by=by, message=reason or "", db=db)
+        cancelling.cancel_run(run, error, db, wake_parent=True)
+        cancelling.cancel_children(pk, why=f"Its parent run {pk} was cancelled.", db=db)
     run.refresh_from_db()
     return run
-
-
-def _end(run: WorkflowRun, status: str, error: str, db: str, *, root: bool, **fields) -> None:
-    """End a run that no worker holds: its timers cancelled, its parent woken, the signal sent."""
-    now = clock.db_now()
-    WorkflowRun.objects.using(db).filter(pk=run.pk).update(
-        status=status, error=error, waiting_on="", finished_at=now, updated_at=now, **fields
-    )
-    _cancel_timers(run.pk, db)
-    if run.parent_id is not None and root:
-        workpool.wake([run.parent_id], db=db)  # it may be waiting for this child
-    workflow, pk = run.workflow, run.pk
-    if status == Status.CANCELLED:
-        transaction.on_commit(lambda: signals.send(signals.run_cancelled, workflow, run_id=pk), using=db)
-    else:
-        decoded = serialization.decode(error)
-        transaction.on_commit(
-            lambda: signals.send(signals.run_failed, workflow, run_id=pk, status=status, error=decoded), using=db
-        )
-
-
-def _cancel_children(pk, why: str, db: str) -> None:
-    for child in WorkflowRun.objects.using(db).filter(parent_id=pk).unfinished().values_list("pk", flat=True):
-        _cancel(child, serialization.dumps_error(Cancelled(why)), db, root=False)
-
-
-def _cancel_branches(pk, db: str) -> None:
-    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING).update(
-        status=WorkItem.Status.CANCELLED
-    )
-
-
-def _cancel_timers(pk, db: str) -> None:
-    timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
-    if connections[db].vendor == "postgresql":
-        # A timer being fired holds its lock and waits for the item we hold: skip it, it can
-        # only wake a finished run.
-        timers = Timer.objects.using(db).filter(
-            pk__in=list(timers.select_for_update(skip_locked=True).values_list("pk", flat=True))
-        )
-    timers.update(status=Timer.Status.CANCELLED)
 
 
 def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> WorkflowRun:
@@ -128,12 +66,13 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
     db = conf.get("DATABASE")
     error = serialization.dumps_error(ForcedFailure(reason or "An operator forced the run to fail."))
     with transaction.atomic(using=db):
+        cancelling.lock_descendants(pk, db)
         run = lock_unfinished(pk, db)
         audit.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
         _take_item(pk, db, WorkItem.Status.COMPLETED)
-        _cancel_branches(pk, db)
-        _end(run, Status.FAILED, error, db, root=True)
-        _cancel_children(pk, f"Its parent run {pk} was forced to fail.", db)
+        cancelling.cancel_branches(pk, db)
+        cancelling.end_run(run, Status.FAILED, error, db, wake_parent=True)
+        cancelling.cancel_children(pk, why=f"Its parent run {pk} was forced to fail.", db=db)
     run.refresh_from_db()
     return run
 
@@ -200,8 +139,8 @@ def restart(run: WorkflowRun, db: str) -> None:
     # What did not complete runs again; a parallel group is made again, and its branches that
     # completed are counted off without running (see run_branch).
     Step.objects.using(db).filter(run_id=run.pk).exclude(status=Step.Status.COMPLETED).delete()
-    _cancel_branches(run.pk, db)
-    _cancel_timers(run.pk, db)
+    cancelling.cancel_branches(run.pk, db)
+    cancelling.cancel_timers(run.pk, db)
     WorkflowRun.objects.using(db).filter(pk=run.pk).update(
         status=Status.PENDING, result=None, error=None, finished_at=None, waiting_on="", cancel_requested_at=None,
         attempt=1, deadline_at=None, updated_at=now,

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 from ..exceptions import RunFinished, WorkflowNotFound
-from ..models import WorkflowRun, WorkItem
+from ..models import WorkflowRun
+from ..workpool import cancelling
 
 
 def lock_run(pk, db: str) -> WorkflowRun:
-    """Lock the run's work item, then the run; return the run or raise WorkflowNotFound.
-
-    The order the workers use: a claim locks the item (skipping locked ones) and then updates
-    the run; taking them the other way round here could deadlock with it.
-    """
-    list(
-        WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
-        .select_for_update(no_key=True).values_list("id", flat=True)
-    )
-    run = WorkflowRun.objects.using(db).select_for_update(no_key=True).filter(pk=pk).first()
+    """Lock the run's work item, then the run (the workers' order); return the run or raise WorkflowNotFound."""
+    run = cancelling.lock_run(pk, db)
     if run is None:
         raise WorkflowNotFound(f"No workflow run has the id {str(pk)!r}.")
     return run
-
-
 
 
 def lock_unfinished(pk, db: str) -> WorkflowRun:

@@ -86,7 +86,7 @@ def start_run(
 
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
-               run_id=None, parent_id=None, run_at=None) -> WorkflowRun:
+               run_id=None, parent_id=None, run_at=None, detached=False) -> WorkflowRun:
     """Validate and store a run of `definition` with its work item (and deadline); return it.
 
     A run with a given `run_id` that exists already is returned as it is: a child's id is
@@ -109,6 +109,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         idempotency_key=idempotency_key,
         max_attempts=definition.max_attempts,
         parent_id=parent_id,
+        detached=detached,
         scheduled_at=run_at,
         waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None else "",
     )

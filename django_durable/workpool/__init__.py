@@ -22,7 +22,7 @@ from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, W
 from .. import clock, conf, faults, serialization
 from ..interrupts import LeaseLost
 from ..models import Step, Timer, WorkflowRun, WorkItem
-from . import postgres, sqlite
+from . import cancelling, postgres, sqlite
 from ..journal import StepRecord
 
 logger = logging.getLogger("django_durable.worker")
@@ -175,9 +175,22 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     """
     if faults.active:
         faults.hit("before_terminal_commit")
-    return _ending(claim, then, lambda then_params: _backend(claim.db).finish_run(
-        claim, status=status, result=result, error=error, records=list(records), then=then_params
-    ))
+
+    def end(then_params):
+        return _backend(claim.db).finish_run(claim, status=status, result=result, error=error,
+                                             records=list(records), then=then_params)
+
+    if status == RunStatus.COMPLETED:
+        return _ending(claim, then, end)
+    # Any other ending takes the run's unfinished children with it, in the same transaction:
+    # nothing would wait for them any more. Rare, so no chained claim: a claim made inside a
+    # transaction that then fails to commit would not exist.
+    with transaction.atomic(using=claim.db):
+        cancelling.lock_descendants(claim.run_id, claim.db)
+        final = _ending(claim, None, end)
+        if final is not None:
+            cancelling.cancel_children(claim.run_id, why=f"Its parent run {claim.run_id} ended {final}.", db=claim.db)
+    return final
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),
@@ -431,13 +444,15 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
         status=Status.FAILED, claim_token=None, claim_expires_at=None, last_error=message
     )
     if changed and run_id is not None:
-        WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
+        failed = WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
             status=RunStatus.FAILED,
             error=serialization.dumps_error(WorkerLost(message)),
             finished_at=clock.db_now(),
             updated_at=clock.db_now(),
             waiting_on="",
         )
+        if failed:
+            cancelling.cancel_children(run_id, why=f"Its parent run {run_id} failed: its worker was lost.", db=db)
     logger.error("Run %s failed: %s", run_id, message)
 
 

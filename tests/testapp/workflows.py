@@ -462,3 +462,27 @@ def showcase(ctx, order_id):
                  + [ctx.call("quote:ups", flaky_quote, ctx.run_id, "ups", retry=once)], key="prepare")
     ctx.sleep("cool-off", 0.3)
     ctx.step("charge", charge_card, ctx.run_id, order["total"], retry=durable.RetryPolicy(max_attempts=1))
+
+
+# -- a parent's ending and its children -------------------------------------------------------------
+
+
+@durable.workflow("tests.failing_parent")
+def failing_parent(ctx):
+    """Start a child with children of its own and a detached one, then fail."""
+    ctx.start_child("kid", "tests.waiting_parent")
+    ctx.start_child("free", "tests.approval", detached=True)
+    ctx.wait_for_signal("fail")
+    ctx.step("boom", ship, ctx.run_id)
+
+
+@durable.workflow("tests.parent_with_deadline", timeout=60)
+def parent_with_deadline(ctx):
+    ctx.start_child("kid", "tests.approval")
+    ctx.wait_for_signal("never")
+
+
+@durable.workflow("tests.parent_leaves_child")
+def parent_leaves_child(ctx):
+    ctx.start_child("kid", "tests.approval")
+    return "done"
