@@ -115,6 +115,61 @@ def test_wait_for_signal_with_a_timeout_both_ways():
     assert Timer.objects.get(run=early, kind="signal_timeout").status == "cancelled"
 
 
+# -- first come wins, by the database's clock -----------------------------------------------------------
+
+
+def test_a_signal_stored_after_the_timeout_loses_even_if_no_worker_looked_in_between():
+    with clock() as test_clock:
+        run = durable.start("tests.approval_twice", 60)
+        drain()
+        test_clock.advance(seconds=61)  # the deadline passes while no worker runs...
+        late = durable.signal(run.pk, "approved", "late")  # ...then the signal arrives
+        drain()
+        # The first wait timed out; the late signal was left for the second wait.
+        assert run_of(run).status == "completed"
+        assert run_of(run).get_result() == ["timed out", "late"]
+        assert SignalMessage.objects.get(pk=late.pk).consumed_by == "signal:approved:1"
+
+
+def test_a_signal_stored_before_the_timeout_wins_even_if_the_worker_is_late():
+    with clock() as test_clock:
+        run = durable.start("tests.approval", timeout=60)
+        drain()
+        test_clock.advance(seconds=30)
+        durable.signal(run.pk, "approved", "in time")
+        test_clock.advance(seconds=31)  # the worker looks only after the deadline
+        drain()
+        assert run_of(run).get_result() == "in time"
+
+
+def test_an_event_after_the_timeout_is_not_delivered_and_the_wait_times_out():
+    with clock() as test_clock:
+        late = durable.start("tests.payment_waiter", order_id=1, timeout=60)
+        on_time = durable.start("tests.payment_waiter", order_id=2, timeout=120)
+        drain()
+        test_clock.advance(seconds=61)
+        assert durable.emit_event("payment.settled", {"order": {"id": 1}, "amount": 5}) == 0
+        assert durable.emit_event("payment.settled", {"order": {"id": 2}, "amount": 7}) == 1
+        test_clock.advance(seconds=120)  # both deadlines passed before a worker looked
+        drain()
+        assert run_of(late).get_result() == "no payment"
+        assert run_of(on_time).get_result() == 7
+
+
+def test_waits_in_a_fan_out_of_children_each_follow_their_own_order_of_arrival():
+    with clock() as test_clock:
+        run = durable.start("tests.fan_out_waits", 3, 60)
+        drain()
+        children = [WorkflowRun.objects.get(parent_id=run.pk, pk=__import__("uuid").uuid5(run.pk, f"w{i}"))
+                    for i in range(3)]
+        durable.signal(children[0].pk, "approved", "first")
+        test_clock.advance(seconds=61)
+        durable.signal(children[1].pk, "approved", "too late")
+        drain()
+        assert run_of(run).get_result() == ["first", "timed out", "timed out"]
+        assert SignalMessage.objects.get(run_id=children[1].pk).consumed_at is None  # never taken
+
+
 def test_signals_to_unknown_finished_and_cancelled_runs_are_refused_and_not_stored():
     with pytest.raises(durable.WorkflowNotFound):
         durable.signal("8b4e4a3c-0000-4000-8000-000000000000", "go")

@@ -71,12 +71,19 @@ class Session:
         """(status, result, error) of a child that had finished when this run was claimed, or None."""
         return self._children.get(str(child_id))
 
-    def take_message(self, kind: str, name: str, key: str) -> tuple[int, str] | None:
-        """The oldest unconsumed signal `name`, or the event delivered to the wait `key`."""
-        for index, (message_id, message_kind, message_name, target_key, payload) in enumerate(self.messages):
+    def take_message(self, kind: str, name: str, key: str, before: dt.datetime | None = None) -> tuple[int, str] | None:
+        """The oldest unconsumed signal `name`, or the event delivered to the wait `key`.
+
+        With `before` (a wait's deadline), only a message stored by then (the database's
+        clock) counts: one that came after the wait timed out is left for a later wait, even
+        when no worker replayed the run in between.
+        """
+        for index, (message_id, message_kind, message_name, target_key, payload, created_at) in enumerate(self.messages):
             if message_kind != kind:
                 continue
             if (kind == "signal" and message_name == name) or (kind == "event" and target_key == key):
+                if before is not None and _as_datetime(created_at) > before:
+                    continue
                 del self.messages[index]
                 return message_id, payload
         return None

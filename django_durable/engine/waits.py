@@ -76,19 +76,21 @@ class Waits:
             if entry.status in ("completed", "failed"):
                 return self._replay_final(key, entry)
         now = self._session.now()
-        if kind != "sleep":
-            message = self._session.take_message(kind, name, key)
-            if message is not None:
-                message_id, payload = message
-                # The consumption is written with this entry, in one statement: never twice, never lost.
-                self._record(key, name, "completed", payload, None, now, 1, kind=kind, consumes=message_id)
-                return serialization.decode(payload)
         if entry is not None:
             deadline = _as_datetime(entry.deadline_at)
         elif until is not None:
             deadline = until(now)
         else:
             deadline = now + dt.timedelta(seconds=timeout) if timeout is not None else None
+        if kind != "sleep":
+            # First come wins, by the database's clock: a message stored after the deadline
+            # loses to the timeout even if no worker looked in between.
+            message = self._session.take_message(kind, name, key, before=deadline)
+            if message is not None:
+                message_id, payload = message
+                # The consumption is written with this entry, in one statement: never twice, never lost.
+                self._record(key, name, "completed", payload, None, now, 1, kind=kind, consumes=message_id)
+                return serialization.decode(payload)
         if deadline is not None and deadline <= now:
             if kind == "sleep":
                 # Derivable: a replay would find the same recorded wake-up time passed.

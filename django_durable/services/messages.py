@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
-from .. import conf, serialization, workpool
+from .. import clock, conf, serialization, workpool
 
 from ..models import SignalMessage, Step, WorkflowRun
 from .runs import _run_pk
@@ -34,7 +35,7 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         lock_unfinished(pk, db)
-        message = SignalMessage(run_id=pk, name=name, payload=text, idempotency_key=idempotency_key)
+        message = SignalMessage(run_id=pk, name=name, payload=text, idempotency_key=idempotency_key, **_stamp())
         if idempotency_key is None:
             message.save(using=db)
         else:
@@ -64,17 +65,26 @@ def emit_event(name: str, payload: Any = None) -> int:
         waits = (
             Step.objects.using(db)
             .filter(kind=Step.Kind.EVENT, status=Step.Status.WAITING, name=name)
+            # A wait whose timeout passed has lost to it (first come wins), even if no worker
+            # has replayed the run yet to record that.
+            .filter(Q(deadline_at__isnull=True) | Q(deadline_at__gt=clock.db_now()))
             .exclude(run__status__in=WorkflowRun.TERMINAL)
             .values_list("run_id", "key", "match")
         )
         targets = [(run_id, key) for run_id, key, match in waits if _matches(serialization.decode(match) or {}, value)]
         SignalMessage.objects.using(db).bulk_create(
-            SignalMessage(run_id=run_id, kind=SignalMessage.Kind.EVENT, name=name, payload=text, target_key=key)
+            SignalMessage(run_id=run_id, kind=SignalMessage.Kind.EVENT, name=name, payload=text, target_key=key,
+                          **_stamp())
             for run_id, key in targets
         )
         if targets:
             workpool.wake([run_id for run_id, _ in targets], db=db)
     return len(targets)
+
+
+def _stamp() -> dict:
+    """A message's arrival time: the database's clock (its column default), or the frozen test clock."""
+    return {"created_at": clock.now()} if clock.is_frozen() else {}
 
 
 def _matches(match: dict, payload: Any) -> bool:

@@ -45,7 +45,7 @@ class RunState:
     cancel_requested: bool
     # per recorded entry: [key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at, match]
     journal: list
-    # per unconsumed message, oldest first: [id, kind, name, target_key, payload]
+    # per unconsumed message, oldest first: [id, kind, name, target_key, payload, created_at]
     messages: list
     # per finished child run: [id, status, result, error]
     children: list = field(default_factory=list)

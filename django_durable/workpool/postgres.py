@@ -141,7 +141,7 @@ def _claim_parts(*, worker, queues, db, token, lease, exclude=()) -> tuple[str, 
                    (SELECT json_agg({_ENTRY}) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
                END AS journal,
                CASE WHEN c.kind = 'advance' THEN
-                   (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload) ORDER BY m.id)
+                   (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
                     FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
                (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
                 FROM durable_workflow_run AS k

@@ -71,7 +71,7 @@ def claim(*, worker, queues, db, token, lease):
                     SignalMessage.objects.using(db)
                     .filter(run_id=run_id, consumed_at__isnull=True)
                     .order_by("id")
-                    .values_list("id", "kind", "name", "target_key", "payload")
+                    .values_list("id", "kind", "name", "target_key", "payload", "created_at")
                 )
                 children = list(
                     WorkflowRun.objects.using(db)

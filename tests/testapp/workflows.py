@@ -486,3 +486,20 @@ def parent_with_deadline(ctx):
 def parent_leaves_child(ctx):
     ctx.start_child("kid", "tests.approval")
     return "done"
+
+
+@durable.workflow("tests.approval_twice")
+def approval_twice(ctx, timeout):
+    """A wait with a timeout, then one without: a signal that lost to the timeout goes to the second."""
+    try:
+        first = ctx.wait_for_signal("approved", timeout=timeout)
+    except durable.SignalTimeout:
+        first = "timed out"
+    return [first, ctx.wait_for_signal("approved")]
+
+
+@durable.workflow("tests.fan_out_waits")
+def fan_out_waits(ctx, n, timeout):
+    """Children waiting in parallel, each with its own timeout."""
+    handles = [ctx.start_child(f"w{i}", "tests.approval", timeout=timeout) for i in range(n)]
+    return [handle.result() for handle in handles]
