@@ -66,7 +66,7 @@ class WorkflowRun(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
     detached = models.BooleanField(
-        default=False, help_text="A child started detached: it goes on when its parent ends otherwise than completed."
+        default=False, db_default=False, help_text="A child started detached: it goes on when its parent ends otherwise than completed."
     )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)

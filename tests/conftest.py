@@ -139,3 +139,14 @@ def ledger_counts(run_id) -> dict[str, int]:
 def side_effect_ledger(tmp_path, monkeypatch):
     """Every test gets its own ledger file, which worker subprocesses inherit."""
     monkeypatch.setenv("DURABLE_TEST_LEDGER", str(tmp_path / "ledger.txt"))
+
+
+@pytest.fixture
+def cpu_hog():
+    """Keep one core busy for the test (a busy loop in a subprocess), as a loaded CI machine would."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        yield hog
+    finally:
+        hog.kill()
+        hog.wait(timeout=10)

@@ -40,3 +40,68 @@ def test_a_branch_claim_stalled_past_its_lease_is_abandoned_and_the_worker_goes_
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
     assert_settled()
+
+
+# -- no sleep, back-off or timeout ends early -------------------------------------------------------------
+
+
+def _hold_run_rows(runs, seconds):
+    """Lock the runs' rows for `seconds` from another connection, so that the claims that reach
+    them wait that long between their statement's timestamp and their answer (PostgreSQL)."""
+    import threading
+
+    from django.db import connections
+
+    from django_durable.models import WorkItem
+
+    locked = threading.Event()
+
+    def hold():
+        try:
+            from django.db import transaction
+
+            with transaction.atomic():
+                list(WorkflowRun.objects.select_for_update().filter(pk__in=[r.pk for r in runs]))
+                locked.set()
+                # Until every worker's claim statement is blocked on a row (or the time is up).
+                import time
+
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+        finally:
+            locked.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    locked.wait(10)
+    return thread
+
+
+def test_no_sleep_backoff_or_timeout_ends_before_its_time_on_the_database_clock(start_worker, cpu_hog):
+    """Measured inside the steps, on the database's clock, with a busy machine and (on PostgreSQL)
+    claim statements held up between their timestamp and their answer."""
+    from django.db import connection
+
+    from tests.testapp import ledger
+
+    sleep = durable.start("tests.measured_sleep", 1.0)
+    backoff = durable.start("tests.measured_backoff", 0.5)
+    timeout = durable.start("tests.measured_timeout", 0.7)
+    holder = None
+    if connection.vendor == "postgresql":
+        holder = _hold_run_rows([sleep, backoff, timeout], 0.8)
+    worker = start_worker(concurrency=3, burst=False)
+    if holder is not None:
+        holder.join(timeout=30)
+    before, after = durable.wait(sleep.pk, timeout=60)
+    assert (after - before).total_seconds() >= 1.0, (before, after)
+    before, after = durable.wait(timeout.pk, timeout=60)
+    assert (after - before).total_seconds() >= 0.7, (before, after)
+    assert durable.wait(backoff.pk, timeout=60) == "ok"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    attempts = sorted(float(step.split("@")[1]) for run_id, step, _ in ledger.entries() if run_id == str(backoff.pk))
+    assert len(attempts) == 2 and attempts[1] - attempts[0] >= 0.5, attempts
+    assert_settled()

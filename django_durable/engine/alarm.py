@@ -32,7 +32,7 @@ class Alarm:
             yield
             return
         when = min(candidates)
-        seconds = max((when - self.session.now()).total_seconds(), 0.001)
+        seconds = max(self.session.remaining(when), 0.001)
         step_first = deadline is not None and (run_deadline is None or deadline <= run_deadline)
 
         def on_alarm(signum, frame):

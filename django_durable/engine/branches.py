@@ -30,6 +30,9 @@ class BranchSession:
     def now(self) -> dt.datetime:
         return self.claim.db_now()
 
+    def remaining(self, when) -> float:
+        return (when - self.claim.db_earliest()).total_seconds()
+
 
 def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
     """Run the branch of `claim` once (an attempt), and record what came of it; return that."""
@@ -55,7 +58,7 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         attempt = entry[7] + 1
     elif entry is not None and entry[4] == "running":
         attempt, deadline = entry[7], _as_datetime(entry[8])
-        if deadline is not None and deadline <= session.now():
+        if deadline is not None and claim.db_passed(deadline):
             problem = problem or StepTimeout(
                 f"Branch {claim.step_key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC; "
                 f"its worker did not survive it."

@@ -135,16 +135,15 @@ class Context(Waits, Composition):
 
     def _resume(self, key, name, entry: StepRecord, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
         """Return (attempt, deadline) for a step an earlier advance left running or retrying."""
-        now = self._session.now()
         if entry.status == "retrying":
             retry_at = _as_datetime(entry.retry_at)
-            if retry_at is not None and retry_at > now:
+            if retry_at is not None and not self._session.passed(retry_at):
                 # Woken before the back-off ended; its timer is still pending.
                 raise Suspend(_retry_waiting_on(key, entry.attempts + 1, policy, retry_at))
             return entry.attempts + 1, None
         # Running: the worker of that attempt died, or was replaced after a timeout.
         deadline = _as_datetime(entry.deadline_at)
-        if deadline is not None and deadline <= now:
+        if deadline is not None and self._session.passed(deadline):
             timeout = StepTimeout(
                 f"Step {key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC "
                 f"(attempt {entry.attempts}); its worker did not survive it."

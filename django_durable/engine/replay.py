@@ -89,8 +89,16 @@ class Session:
         return None
 
     def now(self):
-        """The database's clock, estimated without a round trip."""
+        """The database's clock, estimated without a round trip, never behind it (see Claim.db_now)."""
         return self.claim.db_now()
+
+    def passed(self, when) -> bool:
+        """True only if `when` has surely passed on the database's clock."""
+        return self.claim.db_passed(when)
+
+    def remaining(self, when) -> float:
+        """Seconds until `when` on the database's clock, at least (never short)."""
+        return (when - self.claim.db_earliest()).total_seconds()
 
     def before_step(self, key: str, running: workpool.StepRecord | None = None) -> None:
         """Make the journal durable before a step starts (with its `running` entry, if any).
@@ -100,7 +108,7 @@ class Session:
         The lease is checked against the local monotonic clock, so no new step starts without a
         live lease at no cost of a round trip.
         """
-        if self.deadline is not None and self.now() >= self.deadline:
+        if self.deadline is not None and self.passed(self.deadline):
             raise RunTimedOut()
         if running is not None:
             self.pending.append(running)
@@ -215,7 +223,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     definition = registry.find(run.workflow)
     if run.cancel_requested and not (definition and definition.compensate_on_cancel):
         return _finish(claim, run, RunStatus.CANCELLED, session=session)
-    if session.deadline is not None and session.now() >= session.deadline:
+    if session.deadline is not None and session.passed(session.deadline):
         return _timed_out(claim, run, session)
     journal = {
         key: workpool.StepRecord(key, seq, kind, name, status, result, error, attempts, None, None,

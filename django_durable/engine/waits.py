@@ -91,7 +91,7 @@ class Waits:
                 # The consumption is written with this entry, in one statement: never twice, never lost.
                 self._record(key, name, "completed", payload, None, now, 1, kind=kind, consumes=message_id)
                 return serialization.decode(payload)
-        if deadline is not None and deadline <= now:
+        if deadline is not None and self._session.passed(deadline):
             if kind == "sleep":
                 # Derivable: a replay would find the same recorded wake-up time passed.
                 self._record(key, name, "completed", None, None, now, 1, kind=kind, deadline=deadline,

@@ -64,8 +64,9 @@ class Claim:
     worker: str
     db: str
     valid_until: float  # time.monotonic() by which the lease is surely still ours
-    db_time: dt.datetime | None = None  # the database's clock when the claim was made...
-    db_time_at: float = 0.0  # ...and time.monotonic() just after
+    db_time: dt.datetime | None = None  # the database's clock when the claim statement began...
+    sent_at: float = 0.0  # ...time.monotonic() just before it was sent...
+    db_time_at: float = 0.0  # ...and just after its answer came
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
     reported: bool = False  # the loss was logged (once per claim)
@@ -81,10 +82,25 @@ class Claim:
     group: str = ""  # time.monotonic() by which the running step must end
 
     def db_now(self) -> dt.datetime:
-        """The database's clock now, estimated from the claim without a round trip."""
+        """The latest the database's clock can read now, estimated without a round trip.
+
+        The claim statement's timestamp was taken after we sent it, so counting from the moment
+        of sending never falls behind the database: a sleep, back-off or deadline set from this
+        never ends early, however long the statement took.
+        """
+        if clock.is_frozen() or self.db_time is None:
+            return clock.now()
+        return self.db_time + dt.timedelta(seconds=time.monotonic() - self.sent_at)
+
+    def db_earliest(self) -> dt.datetime:
+        """The earliest the database's clock can read now (counted from the claim's answer)."""
         if clock.is_frozen() or self.db_time is None:
             return clock.now()
         return self.db_time + dt.timedelta(seconds=time.monotonic() - self.db_time_at)
+
+    def db_passed(self, when: dt.datetime) -> bool:
+        """True only if `when` has surely passed on the database's clock (never early)."""
+        return when <= self.db_earliest()
 
     def alive(self) -> bool:
         """Return True while the lease surely holds; a False is final."""
@@ -138,11 +154,13 @@ def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
                "lease": lease_seconds()})
     if row is None:
         return None
+    answered = time.monotonic()
     item_id, kind, run_id, step_key, attempts, db_time, state, (function, item_input, group) = row
     result = Claim(
         item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
         token=token, worker=request.worker, db=db, valid_until=_valid_until(started),
-        db_time=db_time, db_time_at=time.monotonic(), run=state,
+        # SQLite's clock is this machine's, read after the statement: exact, not a bracket.
+        db_time=db_time, sent_at=started if _backend(db) is postgres else answered, db_time_at=answered, run=state,
         cancel_requested=bool(state and state.cancel_requested),
         function=function or "", input=item_input, group=group or "",
     )

@@ -503,3 +503,49 @@ def fan_out_waits(ctx, n, timeout):
     """Children waiting in parallel, each with its own timeout."""
     handles = [ctx.start_child(f"w{i}", "tests.approval", timeout=timeout) for i in range(n)]
     return [handle.result() for handle in handles]
+
+
+# -- durations measured on the database's clock -----------------------------------------------------
+
+
+def db_clock():
+    """The database's clock now (SQLite's clock is this machine's)."""
+    from django.db import connection
+    from django.utils import timezone
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+def fail_once_timed(run_id):
+    """Note the database's clock at each attempt; the first one fails."""
+    ledger.record(run_id, f"attempt@{db_clock().timestamp()!r}")
+    if sum(ledger.counts(run_id).values()) == 1:
+        raise ConnectionError("the first attempt fails")
+    return "ok"
+
+
+@durable.workflow("tests.measured_sleep")
+def measured_sleep(ctx, seconds):
+    before = ctx.step("before", db_clock)
+    ctx.sleep("nap", seconds)
+    return [before, ctx.step("after", db_clock)]
+
+
+@durable.workflow("tests.measured_backoff")
+def measured_backoff(ctx, seconds):
+    policy = durable.RetryPolicy(max_attempts=2, initial_backoff=seconds, jitter=0)
+    return ctx.step("flaky", fail_once_timed, ctx.run_id, retry=policy)
+
+
+@durable.workflow("tests.measured_timeout")
+def measured_timeout(ctx, seconds):
+    before = ctx.step("before", db_clock)
+    try:
+        ctx.wait_for_signal("never", timeout=seconds)
+    except durable.SignalTimeout:
+        pass
+    return [before, ctx.step("after", db_clock)]
