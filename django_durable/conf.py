@@ -30,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a step may run past its timeout, ignoring the StepTimeout raised in it, before
     # its worker process is replaced.
     "STEP_KILL_GRACE_SECONDS": 5.0,
+    # Seconds a running step may go on after its run was cancelled (to finish, or to notice
+    # ctx.cancel_requested and stop) before durable.Cancelled is raised in it.
+    "CANCEL_GRACE_SECONDS": 5.0,
     # The largest encoded input, result, signal or event payload accepted, in bytes.
     "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024,
     # Prepare the worker's own hot-path statements on PostgreSQL. Turn off behind a

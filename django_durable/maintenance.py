@@ -15,6 +15,7 @@ import threading
 import time
 
 from . import clock, conf, schedules, workpool
+from .engine import alarm
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -27,6 +28,10 @@ class Maintenance(threading.Thread):
         self.reaper_interval = float(conf.get("REAPER_INTERVAL"))
         self.timer_interval = max(0.05, min(1.0, float(conf.get("POLL_INTERVAL"))))
         self.kill_grace = float(conf.get("STEP_KILL_GRACE_SECONDS"))
+        self.cancel_grace = float(conf.get("CANCEL_GRACE_SECONDS"))
+        # A cancel reaches a running step within this, whatever the heartbeat: one cheap read.
+        self.cancel_poll = min(self.heartbeat, 1.0)
+        self.main_thread = threading.main_thread().ident
         self.tick = max(0.02, min(0.25, self.heartbeat / 4, self.timer_interval))
         self.done = threading.Event()
         self.next_timers = time.monotonic()  # when to look for due timers next
@@ -43,6 +48,7 @@ class Maintenance(threading.Thread):
         now = time.monotonic()
         next_reap = now + random.uniform(0, self.reaper_interval)
         beats: dict = {}
+        polls: dict = {}
         next_report = now
         try:
             while not self.done.wait(max(0.001, min(self.tick, self.next_timers - time.monotonic()))):
@@ -55,11 +61,16 @@ class Maintenance(threading.Thread):
                         self._watch(claim, now)
                         last = beats.setdefault(claim.token, now)
                         if now - last >= self.heartbeat:
-                            beats[claim.token] = now
+                            beats[claim.token] = polls[claim.token] = now
                             if not workpool.renew(claim):
                                 report_lost(claim, worker.name, "will record nothing of the step in progress")
+                        elif not claim.cancel_requested and now - polls.setdefault(claim.token, now) >= self.cancel_poll:
+                            polls[claim.token] = now
+                            workpool.check_cancel(claim)
+                        self._cancel(claim, now)
                     else:
                         beats.clear()
+                        polls.clear()
                     if now >= next_report:
                         next_report = now + self.presence.interval
                         self.presence.report(claim)
@@ -90,13 +101,27 @@ class Maintenance(threading.Thread):
                 pass
             close_connection(worker.db)
 
+    def _cancel(self, claim, now: float) -> None:
+        """Interrupt the step in progress once its run's cancel has waited out its grace."""
+        if not claim.cancel_requested or claim.lost:
+            return
+        if claim.cancel_seen_at is None:
+            claim.cancel_seen_at = now
+        if claim.step_active and not claim.cancel_due and now >= claim.cancel_seen_at + self.cancel_grace:
+            claim.cancel_due, claim.cancel_sent_at = True, now
+            logger.warning("Run %s was cancelled %.1f s ago and its step is still running; interrupting it.",
+                           claim.run_id, now - claim.cancel_seen_at)
+            alarm.interrupt(self.main_thread)
+
     def _watch(self, claim, now: float) -> None:
-        """Replace the process when its step ignores its timeout (a C call, a swallowed StepTimeout)."""
+        """Replace the process when its step ignores its timeout or its cancel (a C call, a swallowed exception)."""
         deadline = claim.step_deadline
+        if claim.cancel_sent_at is not None and claim.step_active:
+            deadline = claim.cancel_sent_at if deadline is None else min(deadline, claim.cancel_sent_at)
         if deadline is not None and now > deadline + self.kill_grace:
             logger.error(
-                "A step of run %s is still running %.1f s past its deadline and ignores the timeout; "
-                "replacing worker process %s.", claim.run_id, now - deadline, self.worker.name,
+                "A step of run %s is still running %.1f s past its deadline (or its cancel) and ignores the "
+                "interruption; replacing worker process %s.", claim.run_id, now - deadline, self.worker.name,
             )
             self.worker.abandon_and_exit("stuck past its timeout", replace=True)
 

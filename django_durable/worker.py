@@ -16,6 +16,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from . import conf, schedules, workpool
 from .checks import check_sqlite_journal
+from .engine import alarm
 from .engine.branches import run_branch
 from .engine.replay import advance
 from .interrupts import DatabaseUnavailable, LeaseLost
@@ -124,6 +125,7 @@ class Worker:
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        alarm.install()  # step timeouts, and cancels sent by the maintenance thread
         # The handler only sets flags: it runs between bytecodes of whatever the main thread
         # does (a query, a step), so it must not touch the database or take locks.
         for signum in (signal.SIGTERM, signal.SIGINT):

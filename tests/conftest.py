@@ -125,7 +125,7 @@ def assert_settled():
 
     unfinished = list(WorkflowRun.objects.unfinished().values_list("id", "status"))
     assert unfinished == [], f"runs not finished: {unfinished}"
-    busy = list(WorkItem.objects.exclude(status__in=["completed", "failed"]).values_list("id", "status", "claimed_by"))
+    busy = list(WorkItem.objects.exclude(status__in=["completed", "failed", "cancelled"]).values_list("id", "status", "claimed_by"))
     assert busy == [], f"work items still pending or claimed: {busy}"
 
 

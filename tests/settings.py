@@ -93,3 +93,4 @@ DURABLE_MAX_DELIVERIES = int(os.environ.get("DURABLE_MAX_DELIVERIES", 5))
 DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_SECONDS", 5))
 # Fast password hashing: the API tests authenticate every request with HTTP basic auth.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+DURABLE_CANCEL_GRACE_SECONDS = float(os.environ.get("DURABLE_CANCEL_GRACE_SECONDS", 5))

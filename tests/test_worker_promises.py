@@ -105,3 +105,102 @@ def test_no_sleep_backoff_or_timeout_ends_before_its_time_on_the_database_clock(
     attempts = sorted(float(step.split("@")[1]) for run_id, step, _ in ledger.entries() if run_id == str(backoff.pk))
     assert len(attempts) == 2 and attempts[1] - attempts[0] >= 0.5, attempts
     assert_settled()
+
+
+# -- a cancel reaches a running step ---------------------------------------------------------------------
+
+
+GRACE = {"DURABLE_CANCEL_GRACE_SECONDS": "1"}
+
+
+def _cancel_when_reached(run, reached, timeout=30):
+    from tests.conftest import wait_for
+
+    wait_for(reached.exists, timeout=timeout, message="the step to start")
+    assert durable.cancel(run.pk, reason="stop").cancel_requested_at is not None
+
+
+@pytest.mark.parametrize("workflow", [
+    "tests.long_step",
+    # On SQLite an atomic step holds the only write lock: not even the cancel can be stored.
+    pytest.param("tests.long_atomic_step", marks=pytest.mark.postgres),
+])
+def test_a_cancel_interrupts_a_running_step_after_the_grace(start_worker, tmp_path, workflow):
+    """A 30-second step (one blocking call) is interrupted about a second after the cancel; the
+    run ends cancelled, no later step starts, an atomic step's writes roll back, the worker goes on."""
+    from tests.testapp.models import Payment
+
+    reached = tmp_path / "reached"
+    run = durable.start(workflow, str(reached))
+    worker = start_worker(burst=False, env=GRACE)
+    _cancel_when_reached(run, reached)
+    with pytest.raises(durable.WorkflowFailed, match="cancelled"):
+        durable.wait(run.pk, timeout=20)  # the step alone would take 30 s
+    assert ledger_counts(run.pk).get("long:end") is None  # it never ran to its end
+    assert "never" not in ledger_counts(run.pk)
+    assert not run_of(run).steps.filter(key="long", status="completed").exists()
+    if workflow == "tests.long_atomic_step":
+        assert Payment.objects.filter(run_id=run.pk).count() == 1  # the first atomic step, not the long one
+    later = durable.start("tests.three_steps", x=1)
+    assert durable.wait(later.pk, timeout=30) == [1, 2, 3]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    assert_settled()
+
+
+def test_a_step_that_is_not_cancellable_runs_to_its_end(start_worker, tmp_path):
+    reached = tmp_path / "reached"
+    run = durable.start("tests.long_step", str(reached), seconds=3, cancellable=False)
+    worker = start_worker(burst=False, env=GRACE)
+    _cancel_when_reached(run, reached)
+    with pytest.raises(durable.WorkflowFailed, match="cancelled"):
+        durable.wait(run.pk, timeout=30)
+    assert ledger_counts(run.pk) == {"long:start": 1, "long:end": 1}  # finished, and nothing after it
+    assert run_of(run).steps.get(key="long").status == "completed"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+
+
+def test_a_step_may_notice_the_cancel_within_the_grace(start_worker, tmp_path):
+    reached = tmp_path / "reached"
+    run = durable.start("tests.polite_step", str(reached))
+    worker = start_worker(burst=False, env={"DURABLE_CANCEL_GRACE_SECONDS": "60"})
+    _cancel_when_reached(run, reached)
+    with pytest.raises(durable.WorkflowFailed, match="cancelled"):
+        durable.wait(run.pk, timeout=30)  # far less than the 60 s grace: the step stopped itself
+    assert run_of(run).steps.get(key="polite").get_result() == "noticed"
+    assert "never" not in ledger_counts(run.pk)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+
+
+def test_compensations_still_run_after_a_step_is_interrupted_by_a_cancel(start_worker, tmp_path):
+    reached = tmp_path / "reached"
+    run = durable.start("tests.long_saga", str(reached))
+    worker = start_worker(burst=False, env=GRACE)
+    _cancel_when_reached(run, reached)
+    with pytest.raises(durable.WorkflowFailed, match="cancelled"):
+        durable.wait(run.pk, timeout=20)
+    assert ledger_counts(run.pk) == {"charge": 1, "long:start": 1, "refund": 1}
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+
+
+def test_a_cancel_interrupts_running_parallel_branches(start_worker, tmp_path):
+    reached = tmp_path / "reached"
+    run = durable.start("tests.long_branches", str(reached))
+    worker = start_worker(burst=False, concurrency=2, env=GRACE)
+    _cancel_when_reached(run, reached)
+    with pytest.raises(durable.WorkflowFailed, match="cancelled"):
+        durable.wait(run.pk, timeout=20)
+    from tests.conftest import wait_for
+
+    # Both branches are interrupted and let go of their claims long before their 30 s.
+    wait_for(lambda: not run_of(run).work_items.filter(status="processing").exists(), timeout=15,
+             message="the branches to let go")
+    assert "branch0:end" not in ledger_counts(run.pk) and "branch1:end" not in ledger_counts(run.pk)
+    later = durable.start("tests.three_steps", x=1)
+    assert durable.wait(later.pk, timeout=30) == [1, 2, 3]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    assert_settled()

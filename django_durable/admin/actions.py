@@ -74,8 +74,8 @@ ACTIONS = {
     action.name: action
     for action in [
         RunAction("cancel", "Cancel", "cancel_workflowrun", forms.ReasonForm, _cancel, destructive=True,
-                  explain="A waiting or pending run ends cancelled now; a running one stops at its next checkpoint. "
-                          "Its unfinished children are cancelled too."),
+                  explain="A waiting or pending run ends cancelled now; a running one stops at its next checkpoint, "
+                          "its step interrupted after a grace period. Its unfinished children are cancelled too."),
         RunAction("retry", "Retry from the last checkpoint", "retry_workflowrun", forms.NoForm, _retry,
                   explain="Completed steps keep their results and do not run again; the failed step and those "
                           "after it run with fresh attempts."),

@@ -1,56 +1,136 @@
-"""Interrupting a step that runs past its deadline, or past its run's deadline."""
+"""Interrupting a step: past its deadline, past its run's deadline, or when its run is cancelled.
+
+SIGALRM interrupts Python code and blocking system calls in the main thread: the step sees
+StepTimeout, or Cancelled, or the run ends timed_out. Code that swallows it or never returns to
+Python is caught by the worker's watchdog, which replaces the whole process once
+`claim.step_deadline` is well past (DURABLE_STEP_KILL_GRACE_SECONDS). Outside the main thread
+only the watchdog applies.
+
+Only user code is covered: the alarm is armed around the step's function and disarmed before the
+engine writes its checkpoint, so an interrupt never lands in the engine's own database write.
+Steps may nest (a step's function calling ctx.step); the inner one's end re-arms the outer one's
+timer instead of cancelling it.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
-from ..exceptions import StepTimeout
+from ..exceptions import Cancelled, StepTimeout
 from ..interrupts import RunTimedOut
+
+# A timer may fire a hair before the monotonic clock agrees that the deadline passed.
+_SLACK = 0.002
+
+
+@dataclass
+class _Frame:
+    key: str
+    claim: object
+    step_at: float | None  # time.monotonic() at which the step times out...
+    step_when: dt.datetime | None  # ...and its deadline, for the message
+    run_at: float | None  # time.monotonic() at which the run times out
+    cancellable: bool
+
+
+_frames: list[_Frame] = []  # the steps running in the main thread, outermost first
+_previous_handler = None
+_permanent = False
+
+
+def install() -> None:
+    """Keep the handler installed for the life of the process (a worker's main thread).
+
+    A worker's maintenance thread interrupts a cancelled run's step by sending SIGALRM to the
+    main thread; with the handler always there, a signal that arrives just after the step ended
+    is ignored instead of killing the process.
+    """
+    global _permanent
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGALRM, _on_alarm)
+        _permanent = True
+
+
+def interrupt(thread_id: int) -> None:
+    """Ask the step running in the main thread (`thread_id`) to look at its claim now."""
+    if _permanent:
+        signal.pthread_kill(thread_id, signal.SIGALRM)
+
+
+def _on_alarm(signum, frame):
+    if not _frames:
+        return  # a timer or a cancel that arrived after the step ended
+    now = time.monotonic() + _SLACK
+    due = [f for f in _frames if (f.step_at is not None and f.step_at <= now) or (f.run_at is not None and f.run_at <= now)]
+    if due:
+        first = min(due, key=lambda f: min(t for t in (f.step_at, f.run_at) if t is not None))
+        if first.step_at is not None and first.step_at <= now and (first.run_at is None or first.step_at <= first.run_at):
+            raise StepTimeout(f"Step {first.key!r} ran past its timeout "
+                              f"(deadline {first.step_when:%Y-%m-%d %H:%M:%S.%f} UTC).")
+        raise RunTimedOut()
+    inner = _frames[-1]
+    if inner.cancellable and getattr(inner.claim, "cancel_due", False) and not inner.claim.cancel_raised:
+        inner.claim.cancel_raised = True
+        raise Cancelled(f"The run was cancelled while step {inner.key!r} ran; the step was interrupted.")
+    _arm()  # woken early (a cancel for a step that may not be interrupted): wait for the deadlines
+
+
+def _arm() -> None:
+    """Set the process timer to the earliest deadline of the running steps (or clear it)."""
+    times = [t for f in _frames for t in (f.step_at, f.run_at) if t is not None]
+    if times:
+        signal.setitimer(signal.ITIMER_REAL, max(min(times) - time.monotonic(), 0.001))
+    else:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 class Alarm:
-    """Raises in a step when its deadline (or its run's) passes.
+    """The alarm of one session (an advance or a branch): `alarm(deadline, key)` covers a step's code.
 
-    SIGALRM interrupts Python code and blocking system calls in the main thread: the step sees
-    StepTimeout (or the run ends timed_out). Code that swallows it or never returns to Python is
-    caught by the worker's watchdog, which replaces the whole process once `claim.step_deadline`
-    is well past (DURABLE_STEP_KILL_GRACE_SECONDS). Outside the main thread only the watchdog
-    applies.
+    The session gives the run's deadline (`deadline`), its claim, and `remaining(when)`: the
+    seconds until `when` on the database's clock, never short.
     """
 
     def __init__(self, session):
         self.session = session
 
     @contextmanager
-    def __call__(self, deadline, key: str):
-        run_deadline = self.session.deadline
-        candidates = [d for d in (deadline, run_deadline) if d is not None]
-        if not candidates:
-            yield
-            return
-        when = min(candidates)
-        seconds = max(self.session.remaining(when), 0.001)
-        step_first = deadline is not None and (run_deadline is None or deadline <= run_deadline)
-
-        def on_alarm(signum, frame):
-            if step_first:
-                raise StepTimeout(f"Step {key!r} ran past its timeout (deadline {when:%Y-%m-%d %H:%M:%S.%f} UTC).")
-            raise RunTimedOut()
-
+    def __call__(self, deadline: dt.datetime | None, key: str, *, cancellable: bool = True):
         claim = self.session.claim
-        claim.step_deadline = time.monotonic() + seconds
+        run_deadline = self.session.deadline
+        now = time.monotonic()
+        step_at = now + max(self.session.remaining(deadline), 0.001) if deadline is not None else None
+        run_at = now + max(self.session.remaining(run_deadline), 0.001) if run_deadline is not None else None
+        ends = [t for t in (step_at, run_at) if t is not None]
+        outer_deadline, outer_active = claim.step_deadline, claim.step_active
+        claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []), default=None)
+        claim.step_active = cancellable and (outer_active if outer_active is not None else True)
         in_main = threading.current_thread() is threading.main_thread()
-        previous = None
-        if in_main:
-            previous = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, seconds)
+        if not in_main:
+            try:
+                yield
+            finally:
+                claim.step_deadline, claim.step_active = outer_deadline, outer_active
+            return
+        global _previous_handler
+        if not _frames and not _permanent:
+            _previous_handler = signal.signal(signal.SIGALRM, _on_alarm)
+        timed = bool(ends) or any(f.step_at is not None or f.run_at is not None for f in _frames)
+        _frames.append(_Frame(key, claim, step_at, deadline, run_at, claim.step_active))
         try:
+            if ends:
+                _arm()
             yield
         finally:
-            if in_main:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
-            claim.step_deadline = None
+            _frames.pop()
+            if timed:  # a step with no deadline, under none, never touched the timer
+                _arm()
+            if not _frames and not _permanent:
+                signal.signal(signal.SIGALRM, _previous_handler)
+                _previous_handler = None
+            claim.step_deadline, claim.step_active = outer_deadline, outer_active

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 
 from .. import conf, faults, serialization, signals, workpool
-from ..exceptions import NonRetryableError, StepTimeout
+from ..exceptions import Cancelled, NonRetryableError, StepTimeout
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..retry import RetryPolicy
 from .alarm import Alarm
@@ -82,8 +82,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
     if faults.active:
         faults.hit("before_step_call", claim.step_key)
     try:
-        with Alarm(session)(deadline, claim.step_key), \
-                current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt):
+        with Alarm(session)(deadline, claim.step_key, cancellable=spec.get("cancellable", True)), \
+                current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt, claim):
             value = fn(*spec.get("args", []), **spec.get("kwargs", {}))
         if faults.active:
             faults.hit("after_step_return", claim.step_key)
@@ -122,7 +122,10 @@ def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> 
     error = _error(exc)
     signal_args = {"run_id": claim.run_id, "key": claim.step_key, "error": serialization.decode(error),
                    "attempt": attempt}
-    if policy.retries(exc, attempt):
+    # Interrupted by (or stopped for) its run's cancel: fails for good, so that its group ends
+    # and the run can end cancelled (or roll back) without waiting for it.
+    cancelled = isinstance(exc, Cancelled) and claim.cancel_requested
+    if not cancelled and policy.retries(exc, attempt):
         retry_at = claim.db_now() + dt.timedelta(seconds=policy.delay(exc, attempt))
         record = _record(claim, spec, "retrying", None, error, attempt, started, deadline, retry_at=retry_at)
         if not _write(workpool.retry_branch, claim, record, retry_at=retry_at, then=then()):

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import registry, serialization
 from ..exceptions import ChildFailed, StepFailed
-from ..interrupts import CompensationFailed, Suspend
+from ..interrupts import CancelRequested, CompensationFailed, Suspend
 from ..retry import RetryPolicy
 
 
@@ -26,8 +26,15 @@ class StepInfo:
     key: str
     attempt: int
 
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel the run: a long step may stop early (raise durable.Cancelled)."""
+        claim = _claim.get()
+        return bool(claim is not None and claim.run_id == self.run_id and claim.cancel_requested)
+
 
 _current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("durable_step", default=None)
+_claim: contextvars.ContextVar[Any] = contextvars.ContextVar("durable_claim", default=None)
 
 
 def get_current_step() -> StepInfo | None:
@@ -36,11 +43,13 @@ def get_current_step() -> StepInfo | None:
 
 
 @contextmanager
-def current_step(run_id, workflow: str, key: str, attempt: int):
+def current_step(run_id, workflow: str, key: str, attempt: int, claim=None):
     token = _current.set(StepInfo(run_id, workflow, key, attempt))
+    claim_token = _claim.set(claim)
     try:
         yield
     finally:
+        _claim.reset(claim_token)
         _current.reset(token)
 
 
@@ -54,6 +63,7 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     retry: RetryPolicy | None = None
     timeout: float | None = None
+    cancellable: bool = True
 
 
 class ChildHandle:
@@ -78,16 +88,18 @@ class Composition:
     # -- parallel branches ------------------------------------------------------------------
 
     def call(self, key: str, fn: Callable, /, *args: Any, retry: RetryPolicy | None = None,
-             timeout: float | dt.timedelta | None = None, **kwargs: Any) -> Call:
+             timeout: float | dt.timedelta | None = None, cancellable: bool = True, **kwargs: Any) -> Call:
         """Describe one branch for ctx.parallel(); nothing runs yet."""
         from .context import _timeout_seconds
 
-        return Call(key, fn, args, kwargs, retry, _timeout_seconds(timeout))
+        return Call(key, fn, args, kwargs, retry, _timeout_seconds(timeout), bool(cancellable))
 
     def map(self, key: str, fn: Callable, items: Iterable, *, retry: RetryPolicy | None = None,
-            timeout: float | dt.timedelta | None = None, return_exceptions: bool = False) -> list:
+            timeout: float | dt.timedelta | None = None, return_exceptions: bool = False,
+            cancellable: bool = True) -> list:
         """Run `fn(item)` for every item as parallel branches (keys ``<key>:<index>``); return the results in order."""
-        calls = [self.call(f"{key}:{index}", fn, item, retry=retry, timeout=timeout) for index, item in enumerate(items)]
+        calls = [self.call(f"{key}:{index}", fn, item, retry=retry, timeout=timeout, cancellable=cancellable)
+                 for index, item in enumerate(items)]
         return self.parallel(calls, key=key, return_exceptions=return_exceptions)
 
     def parallel(self, calls: list[Call], *, key: str | None = None, return_exceptions: bool = False) -> list:
@@ -129,6 +141,7 @@ class Composition:
                 self._record(group, "", "failed", None, first.error, self._session.now(), 1, kind="parallel")
             raise StepFailed(first.key, serialization.decode(first.error), attempts=first.attempts)
         if len(finished) < len(calls):
+            self._stop_if_cancelled()
             raise Suspend(f"parallel {group!r}: {len(finished)} of {len(calls)} branches done")
         if entry.status != "completed":
             self._record(group, "", "completed", None, None, self._session.now(), 1, kind="parallel",
@@ -156,6 +169,7 @@ class Composition:
                 },
                 "timeout": call.timeout,
                 "return_exceptions": return_exceptions,
+                **({} if call.cancellable else {"cancellable": False}),
             },
             what=f"arguments of branch {call.key!r}",
         )
@@ -196,6 +210,7 @@ class Composition:
             return serialization.decode(entry.result)
         finished = self._session.finished_child(child_id)
         if finished is None:
+            self._stop_if_cancelled()
             raise Suspend(f"child workflow {key!r} ({child_id})")
         status, result, error = finished
         now = self._session.now()
@@ -207,6 +222,11 @@ class Composition:
         error = serialization.encode(failure)
         self._record(key, entry.name, "failed", None, error, now, 1, kind="child")
         raise ChildFailed(child_id, failure)
+
+    def _stop_if_cancelled(self) -> None:
+        """A run asked to cancel does not start waiting again (for branches or a child)."""
+        if self._session.claim.cancel_requested and not self._session.rolling_back:
+            raise CancelRequested()
 
     # -- compensation -------------------------------------------------------------------------
 
@@ -223,7 +243,7 @@ class Composition:
                 key, undo, result = self._compensations[-1]
                 try:
                     self._step(f"rollback:{key}", undo, (result,), {}, atomic=False, retry=None, timeout=None,
-                               kind="rollback")
+                               kind="rollback", cancellable=False)
                 except StepFailed as failure:
                     raise CompensationFailed(failure) from failure
                 self._compensations.pop()

@@ -7,13 +7,14 @@ import random as _random
 import traceback
 import uuid as _uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import transaction
 
 from .. import clock, conf, faults, serialization
-from ..exceptions import NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
-from ..interrupts import Suspend
+from ..exceptions import Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
+from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
 from .composition import Composition, current_step
 from .waits import Waits, _as_datetime
@@ -49,7 +50,7 @@ class Context(Waits, Composition):
 
     def step(self, key: str, fn: Callable, /, *args: Any, atomic: bool = False,
              retry: RetryPolicy | None = None, timeout: float | dt.timedelta | None = None,
-             compensate: Callable | None = None, **kwargs: Any) -> Any:
+             compensate: Callable | None = None, cancellable: bool = True, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` once for this run and return its (recorded) result.
 
         When `key` is already recorded, return the recorded result without calling `fn`; a
@@ -59,16 +60,19 @@ class Context(Waits, Composition):
         timedelta) bounds each attempt; the deadline is stored before the attempt starts. With
         ``atomic=True`` the step runs inside the database transaction that records it.
         `compensate` is called with the step's result if the run rolls back (see rollback()).
+        When the run is cancelled while the step runs, ``durable.Cancelled`` is raised in it after
+        DURABLE_CANCEL_GRACE_SECONDS, unless ``cancellable=False``.
 
         Raise StepFailed when the attempts run out (or the error is not retryable),
         NonDeterminismError if `key` was recorded for another function.
         """
-        value = self._step(key, fn, args, kwargs, atomic=atomic, retry=retry, timeout=timeout, kind="step")
+        value = self._step(key, fn, args, kwargs, atomic=atomic, retry=retry, timeout=timeout, kind="step",
+                           cancellable=cancellable)
         if compensate is not None:
             self._compensations.append((key, compensate, value))
         return value
 
-    def _step(self, key, fn, args, kwargs, *, atomic, retry, timeout, kind):
+    def _step(self, key, fn, args, kwargs, *, atomic, retry, timeout, kind, cancellable=True):
         self._claim_key(key)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
@@ -95,10 +99,12 @@ class Context(Waits, Composition):
             self._session.before_step(key, running)
             if faults.active:
                 faults.hit("before_step_call", key)
+            # The alarm covers the step's own code only, never the engine's checkpoint write.
+            covered = lambda: self._covered(deadline, key, attempt, cancellable)  # noqa: E731
             try:
-                with self._session.alarm(deadline, key), current_step(self.run_id, self.workflow, key, attempt):
-                    if atomic:
-                        return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind)
+                if atomic:
+                    return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind, covered)
+                with covered():
                     value = fn(*args, **kwargs)
             except _StepRaised as raised:
                 exc = raised.__cause__
@@ -115,13 +121,25 @@ class Context(Waits, Composition):
                     # Buffered: it commits before the next step starts, or with the outcome.
                     self._record(key, name, "completed", text, None, started, attempt, kind=kind)
                     return serialization.decode(text)
+            if isinstance(exc, Cancelled) and self._session.claim.cancel_requested:
+                # Interrupted by (or stopped for) a cancel: the attempt is not recorded; the
+                # run ends cancelled here, or rolls back first.
+                raise CancelRequested() from exc
             attempt = self._failed_attempt(key, name, started, attempt, policy, exc, kind)
             deadline = None
 
-    def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind):
+    @contextmanager
+    def _covered(self, deadline, key, attempt, cancellable):
+        """The step's own code runs here: under its alarm, with durable.current_step() set."""
+        with self._session.alarm(deadline, key, cancellable=cancellable), \
+                current_step(self.run_id, self.workflow, key, attempt, self._session.claim):
+            yield
+
+    def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):
         with transaction.atomic(using=self._session.db):
             try:
-                value = fn(*args, **kwargs)
+                with covered():
+                    value = fn(*args, **kwargs)
                 if faults.active:
                     faults.hit("after_step_return", key)
                 text = self._encode(value, key)

@@ -70,8 +70,15 @@ class Claim:
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
     reported: bool = False  # the loss was logged (once per claim)
-    cancel_requested: bool = False  # learnt at claim, at each checkpoint and at each heartbeat
+    cancel_requested: bool = False  # learnt at claim, at each checkpoint, heartbeat and cancel poll
+    # While user code of a step runs (set by the alarm): when it must end (time.monotonic()),
+    # and whether a cancel may interrupt it (None: no step is running).
     step_deadline: float | None = None
+    step_active: bool | None = None
+    cancel_seen_at: float | None = None  # time.monotonic() when this worker learnt of a cancel
+    cancel_due: bool = False  # the cancel's grace is over: the step is interrupted
+    cancel_sent_at: float | None = None
+    cancel_raised: bool = False
     # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
     next_claim: Claim | None = field(default=None, repr=False)
     # The earliest timer the statement that ended this claim set, so the worker can fire it on time.
@@ -79,7 +86,7 @@ class Claim:
     # A step item's function (module.qualname), its input (JSON) and its parallel group.
     function: str = ""
     input: str | None = None
-    group: str = ""  # time.monotonic() by which the running step must end
+    group: str = ""
 
     def db_now(self) -> dt.datetime:
         """The latest the database's clock can read now, estimated without a round trip.
@@ -274,13 +281,19 @@ def renew(claim: Claim) -> bool:
         claim.lost = True
         return False
     claim.valid_until = _valid_until(started)
+    check_cancel(claim)
+    if faults.active:
+        faults.hit("after_heartbeat")
+    return True
+
+
+def check_cancel(claim: Claim) -> bool:
+    """Return whether someone asked to cancel the claim's run, learning it from the database once."""
     if claim.run_id is not None and not claim.cancel_requested:
         claim.cancel_requested = WorkflowRun.objects.using(claim.db).filter(
             id=claim.run_id, cancel_requested_at__isnull=False
         ).exists()
-    if faults.active:
-        faults.hit("after_heartbeat")
-    return True
+    return claim.cancel_requested
 
 
 def lease_expiry():

@@ -549,3 +549,64 @@ def measured_timeout(ctx, seconds):
     except durable.SignalTimeout:
         pass
     return [before, ctx.step("after", db_clock)]
+
+
+# -- cancels that reach running steps -------------------------------------------------------------------
+
+
+def long_sleep(run_id, key, seconds, reached=None):
+    """Record the start, sleep in one blocking call, record the end."""
+    ledger.record(run_id, f"{key}:start")
+    if reached:
+        open(reached, "a").close()
+    time.sleep(seconds)
+    ledger.record(run_id, f"{key}:end")
+    return key
+
+
+def polite_loop(run_id, reached):
+    """Stop as soon as durable.current_step() says the run was cancelled."""
+    ledger.record(run_id, "polite:start")
+    open(reached, "a").close()
+    for _ in range(600):
+        if durable.current_step().cancel_requested:
+            return "noticed"
+        time.sleep(0.05)
+    return "ran to the end"
+
+
+@durable.workflow("tests.long_step")
+def long_step(ctx, reached, seconds=30, cancellable=True):
+    ctx.step("long", long_sleep, ctx.run_id, "long", seconds, reached, cancellable=cancellable)
+    ctx.step("never", mark, ctx.run_id, "never")
+
+
+@durable.workflow("tests.long_atomic_step")
+def long_atomic_step(ctx, reached):
+    ctx.step("pay", pay, ctx.run_id, 1, atomic=True)
+    ctx.step("long", long_sleep, ctx.run_id, "long", 30, reached, atomic=True)
+    ctx.step("never", mark, ctx.run_id, "never")
+
+
+@durable.workflow("tests.polite_step")
+def polite_step(ctx, reached):
+    noticed = ctx.step("polite", polite_loop, ctx.run_id, reached)
+    ctx.step("never", mark, ctx.run_id, "never")
+    return noticed
+
+
+@durable.workflow("tests.long_saga", compensate_on_cancel=True)
+def long_saga(ctx, reached):
+    ctx.step("charge", charge, ctx.run_id, 5, compensate=lambda c: refund(ctx.run_id, c))
+    ctx.step("long", long_sleep, ctx.run_id, "long", 30, reached)
+    ctx.step("never", mark, ctx.run_id, "never")
+
+
+def long_branch(item):
+    run_id, index, reached = item
+    return long_sleep(run_id, f"branch{index}", 30, reached if index == 0 else None)
+
+
+@durable.workflow("tests.long_branches")
+def long_branches(ctx, reached):
+    return ctx.map("b", long_branch, [(ctx.run_id, i, reached) for i in range(2)])
