@@ -34,6 +34,7 @@ def check_settings(app_configs=None, **kwargs):
             id="django_durable.E003",
         ))
     errors.extend(_check_timing())
+    errors.extend(_check_retry())
     if engine.endswith("sqlite3"):
         options = settings.DATABASES[alias].get("OPTIONS", {})
         if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
@@ -67,6 +68,23 @@ def _check_timing():
             id="django_durable.E005",
         ))
     return errors
+
+
+def _check_retry():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .retry import from_setting
+
+    try:
+        from_setting(conf.get("DEFAULT_RETRY"))
+    except ImproperlyConfigured as exc:
+        return [Error(
+            str(exc),
+            hint="Use a durable.RetryPolicy or a dict of its fields, such as {\"max_attempts\": 5, "
+                 "\"initial_backoff\": 1.0}; None means the built-in policy.",
+            id="django_durable.E006",
+        )]
+    return []
 
 
 @register(Tags.database)

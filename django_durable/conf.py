@@ -30,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a step may run past its timeout, ignoring the StepTimeout raised in it, before
     # its worker process is replaced.
     "STEP_KILL_GRACE_SECONDS": 5.0,
+    # How long a run (or branch) whose workflow (or function) a worker does not have is left for
+    # a worker that has it, as in a rolling deploy, before it fails; in seconds.
+    "MISSING_CODE_GRACE_SECONDS": 600.0,
     # Seconds a running step may go on after its run was cancelled (to finish, or to notice
     # ctx.cancel_requested and stop) before durable.Cancelled is raised in it.
     "CANCEL_GRACE_SECONDS": 5.0,

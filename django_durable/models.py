@@ -270,6 +270,10 @@ class WorkItem(models.Model):
     claimed_by = models.CharField(max_length=200, blank=True, default="")
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    missing_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Since when the workers that claimed it lacked its workflow or branch function (a rolling deploy).",
+    )
     created_at = models.DateTimeField(db_default=Now())
 
     objects = WorkItemQuerySet.as_manager()

@@ -94,3 +94,4 @@ DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_
 # Fast password hashing: the API tests authenticate every request with HTTP basic auth.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DURABLE_CANCEL_GRACE_SECONDS = float(os.environ.get("DURABLE_CANCEL_GRACE_SECONDS", 5))
+DURABLE_MISSING_CODE_GRACE_SECONDS = float(os.environ.get("DURABLE_MISSING_CODE_GRACE_SECONDS", 600))

@@ -81,3 +81,24 @@ def test_sqlite_outside_wal_mode_is_warned(tmp_path, monkeypatch):
 def test_checks_are_registered():
     registered = checks.registry.registry.get_checks(include_deployment_checks=False)
     assert durable_checks.check_settings in registered
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", [{"max_attempts": 0}, {"bogus": 1}, "3 attempts", {"initial_backoff": -1}])
+def test_a_bad_default_retry_policy_is_an_error_at_start_up(settings, value):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    settings.DURABLE_DEFAULT_RETRY = value
+    errors = [e for e in durable_checks.check_settings() if e.id == "django_durable.E006"]
+    assert len(errors) == 1 and "DURABLE_DEFAULT_RETRY" in errors[0].msg
+    with pytest.raises(SystemCheckError, match="E006"):
+        call_command("durable_worker", "--burst", "-c", "1", skip_checks=False)  # the worker refuses to start
+
+
+def test_a_good_default_retry_policy_passes(settings):
+    import django_durable as durable
+
+    for value in (None, {"max_attempts": 5, "initial_backoff": 0.5}, durable.RetryPolicy(max_attempts=2)):
+        settings.DURABLE_DEFAULT_RETRY = value
+        assert [e for e in durable_checks.check_settings() if e.id == "django_durable.E006"] == []

@@ -387,3 +387,32 @@ def test_a_run_retry_runs_its_failed_steps_again_and_keeps_the_completed_ones():
     run = run_of(run)
     assert (run.status, run.attempt, run.get_result()) == ("completed", 2, "ok")
     assert ledger_counts(run.pk) == {"kept": 1, "flaky": 2}
+
+
+def test_the_step_timeout_never_fires_inside_the_engines_checkpoint_of_an_atomic_step():
+    """The step returns at once; the engine's work after it, in the step's transaction, is slow
+    (a fault point where the step has returned and its checkpoint is not yet written), past the
+    step's 1 s timeout: the step completed and stays completed, run once."""
+    from django_durable import faults
+    from tests.testapp.models import Payment
+
+    run = durable.start("tests.atomic_timed")
+    faults.arm("after_step_return=sleep:1.5@pay")
+    try:
+        drain()
+    finally:
+        faults.arm("")
+    assert durable.wait(run.pk, timeout=1) == {"amount": 3}
+    assert ledger_counts(run.pk) == {"pay": 1}
+    assert Payment.objects.filter(run_id=run.pk).count() == 1
+
+
+def test_a_step_inside_a_step_does_not_cancel_the_outer_steps_timeout():
+    import time
+
+    started = time.monotonic()
+    run = durable.start("tests.nested_steps", nap=8)
+    drain()
+    assert durable.wait(run.pk, timeout=1) == "django_durable.exceptions.StepTimeout"
+    assert time.monotonic() - started < 8  # interrupted at its 1 s timeout, not after the 8 s nap
+    assert ledger_counts(run.pk) == {"inner": 1}

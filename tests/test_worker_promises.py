@@ -204,3 +204,26 @@ def test_a_cancel_interrupts_running_parallel_branches(start_worker, tmp_path):
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
     assert_settled()
+
+
+# -- a rolling deploy: code one worker does not have --------------------------------------------------------
+
+
+def test_during_a_rolling_deploy_a_run_waits_for_a_worker_that_has_its_workflow(start_worker):
+    from django_durable.models import WorkItem
+    from tests.conftest import wait_for
+
+    run = durable.start("tests.new_release")
+    old = start_worker("--name", "old", burst=False, env={"DURABLE_TEST_OLD_RELEASE": "1"})
+    wait_for(lambda: "does not have workflow 'tests.new_release'" in old.log(), timeout=30,
+             message="the old worker to pass the run on")
+    assert run_of(run).status == "pending"
+    assert WorkItem.objects.get(run=run).attempts == 0  # not counted as a lost delivery
+    new = start_worker("--name", "new", burst=False)
+    assert durable.wait(run.pk, timeout=30) == "new"
+    assert ledger_counts(run.pk) == {"new": 1}
+    assert old.running(), old.log()
+    for worker in (old, new):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.log()
+    assert_settled()

@@ -42,6 +42,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         return "run finished"
     session = BranchSession(claim)
     spec, fn, policy, problem = _load(claim)
+    if fn is None and problem is None:
+        return _missing_function(claim, spec, policy, then)
     entry = claim.run.journal[0] if claim.run.journal else None
     attempt = 1
     deadline = None
@@ -108,14 +110,27 @@ def _load(claim):
         types = tuple(t for t in (resolve(name) for name in retry.pop("non_retryable", [])) if isinstance(t, type))
         policy = RetryPolicy(**retry, non_retryable=types) if retry else RetryPolicy()
         fn = resolve(claim.function)
-        if not callable(fn):
-            raise NonRetryableError(
-                f"The branch's function {claim.function!r} is not loaded in this worker; define it in a "
-                f"module that your workflows.py imports."
-            )
+        if fn is not None and not callable(fn):
+            raise NonRetryableError(f"The branch's function {claim.function!r} is not a function but {fn!r}.")
     except Exception as exc:  # noqa: BLE001 - a broken branch fails, it does not crash the worker
         return spec, None, policy, exc
-    return spec, fn, policy, None
+    return spec, fn, policy, None  # fn None: this worker does not have it
+
+
+def _missing_function(claim, spec, policy, then) -> str:
+    """This worker does not have the branch's function: leave it for one that has, or fail it after the grace."""
+    what = f"branch function {claim.function.replace(':', '.')!r}"
+    outcome = workpool.defer_missing(claim, what)
+    if outcome != "expired":
+        return outcome
+    exc = NonRetryableError(
+        f"The branch's function {claim.function.replace(':', '.')!r} is not loaded in any worker that claimed "
+        f"it in {conf.get('MISSING_CODE_GRACE_SECONDS'):g} s (DURABLE_MISSING_CODE_GRACE_SECONDS); define it "
+        f"in a module that your workflows.py imports."
+    )
+    entry = claim.run.journal[0] if claim.run.journal else None
+    attempt = entry[7] if entry is not None and entry[4] == "running" else 1
+    return _failed(claim, spec, policy, attempt, exc, claim.db_now(), then)
 
 
 def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> str:

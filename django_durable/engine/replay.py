@@ -238,8 +238,8 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         definition = registry.get(run.workflow)
         arguments = serialization.decode(run.input)
         args, kwargs = arguments.get("args", []), arguments.get("kwargs", {})
-    except WorkflowNotFound as exc:
-        return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc, with_traceback=False))
+    except WorkflowNotFound:
+        return _missing_workflow(claim, run, session)
     except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         exc = ValueError(f"The run's stored input cannot be read: {exc}")
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc, with_traceback=False))
@@ -321,6 +321,20 @@ def _compensate(claim, run, session, context, status, error=None) -> str:
     except RunTimedOut:
         return _timed_out(claim, run, session)
     return _finish(claim, run, status, error=error, session=session)
+
+
+def _missing_workflow(claim, run, session) -> str:
+    """This worker does not have the run's workflow: leave it for one that has, or fail it after the grace."""
+    what = f"workflow {run.workflow!r}"
+    outcome = workpool.defer_missing(claim, what)
+    if outcome != "expired":
+        return outcome
+    grace = conf.get("MISSING_CODE_GRACE_SECONDS")
+    exc = WorkflowNotFound(
+        f"No workflow is registered under the name {run.workflow!r} in any worker that claimed this run "
+        f"in {grace:g} s (DURABLE_MISSING_CODE_GRACE_SECONDS). Deploy the code that defines it and retry the run."
+    )
+    return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc, with_traceback=False), session=session)
 
 
 def _timed_out(claim, run, session) -> str:

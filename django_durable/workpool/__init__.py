@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
+from django.db.models.functions import Coalesce
 
 from .. import clock, conf, faults, serialization
 from ..interrupts import LeaseLost
@@ -327,6 +328,41 @@ def recorded(claim: Claim, records: list[StepRecord]) -> bool:
         connections[claim.db].close()
         return False
     return all(found.get(r.key) == r.status for r in records)
+
+
+def defer_missing(claim: Claim, what: str) -> str:
+    """Hand back an item whose code (`what`) this worker lacks, for a worker that has it; fenced.
+
+    Not counted as a delivery: a worker of the old code during a rolling deploy is not a crash.
+    The item comes back after a short delay, so a worker without the code does not spin on it.
+    Return "deferred"; "expired" (writing nothing) once workers have lacked it for
+    DURABLE_MISSING_CODE_GRACE_SECONDS, so the caller fails it; or "lost".
+    """
+    grace = float(conf.get("MISSING_CODE_GRACE_SECONDS"))
+    delay = dt.timedelta(seconds=max(0.05, min(5.0, grace / 4)))
+    now = clock.db_now()
+    with transaction.atomic(using=claim.db):
+        held = claim.fence().select_for_update(no_key=True).values_list("missing_since", flat=True)
+        if not held.exists():
+            claim.lost = True
+            return "lost"
+        if claim.fence().filter(missing_since__lte=ExpressionWrapper(
+                now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())).exists():
+            return "expired"
+        claim.fence().update(
+            status=Status.PENDING, claim_token=None, claimed_by="", claim_expires_at=None,
+            attempts=F("attempts") - 1, wake=False,
+            available_at=ExpressionWrapper(now + Value(delay), output_field=DateTimeField()),
+            missing_since=Coalesce(F("missing_since"), now),
+            last_error=f"Worker {claim.worker} does not have {what}; left for a worker that has it."[:2000],
+        )
+        if claim.kind == WorkItem.Kind.ADVANCE:
+            WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=RunStatus.RUNNING).update(
+                status=RunStatus.PENDING, waiting_on=f"a worker that has {what}"[:500], updated_at=now,
+            )
+    logger.warning("Worker %s does not have %s (run %s); left for a worker that has it.",
+                   claim.worker, what, claim.run_id)
+    return "deferred"
 
 
 def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[StepRecord], waiting_on: str) -> bool:

@@ -223,7 +223,7 @@ def _end(item_status_sql: str, now: str, claim, records, timers, items=(), avail
         WITH fence AS (
             UPDATE durable_work_item
             SET status = {item_status_sql}, available_at = {"%s" if available_at else now}, claim_token = NULL,
-                claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false,
+                claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
                 step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
             WHERE id = %s AND claim_token = %s
             RETURNING run_id

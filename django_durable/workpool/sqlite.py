@@ -130,6 +130,7 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
         claim_expires_at=None,
         attempts=0,
         wake=False,
+        missing_since=None,
         step_key=Case(When(kind=WorkItem.Kind.ADVANCE, then=Value("")), default=F("step_key")),
     ):
         return False

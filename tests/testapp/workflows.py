@@ -610,3 +610,28 @@ def long_branch(item):
 @durable.workflow("tests.long_branches")
 def long_branches(ctx, reached):
     return ctx.map("b", long_branch, [(ctx.run_id, i, reached) for i in range(2)])
+
+
+if not os.environ.get("DURABLE_TEST_OLD_RELEASE"):
+    # Code of the "new release": a worker started with DURABLE_TEST_OLD_RELEASE=1 does not have it.
+    @durable.workflow("tests.new_release")
+    def new_release(ctx):
+        return ctx.step("new", mark, ctx.run_id, "new")
+
+
+@durable.workflow("tests.atomic_timed")
+def atomic_timed(ctx):
+    return ctx.step("pay", pay, ctx.run_id, 3, atomic=True, timeout=1, retry=durable.RetryPolicy(max_attempts=1))
+
+
+@durable.workflow("tests.nested_steps")
+def nested_steps(ctx, nap):
+    def outer():
+        ctx.step("inner", mark, ctx.run_id, "inner", timeout=30)
+        time.sleep(nap)
+        return "slept"
+
+    try:
+        return ctx.step("outer", outer, timeout=1, retry=durable.RetryPolicy(max_attempts=1))
+    except durable.StepFailed as failure:
+        return failure.type
