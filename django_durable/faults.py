@@ -104,7 +104,8 @@ def _perform(action: str, point: str):
         with open(arg, "a"):
             pass
     elif name == "block":
-        while not os.path.exists(arg):
+        deadline = time.monotonic() + 600  # a test that never creates the file must not hang for ever
+        while not os.path.exists(arg) and time.monotonic() < deadline:
             time.sleep(0.01)
     else:
         raise ValueError(f"Unknown fault action {action!r} at {point}.")

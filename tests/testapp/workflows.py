@@ -9,6 +9,15 @@ from . import ledger
 from .models import Payment
 
 
+def wait_for_file(path, timeout=120.0):
+    """Wait until `path` exists; a test that never creates it fails here instead of hanging."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.02)
+
+
 def mark(run_id, step, value=None):
     ledger.record(run_id, step)
     return value if value is not None else step
@@ -19,8 +28,7 @@ def mark_and_block(run_id, step, reached, release):
     ledger.record(run_id, step)
     if ledger.count(run_id, step) == 1:
         open(reached, "a").close()
-        while not os.path.exists(release):
-            time.sleep(0.02)
+        wait_for_file(release)
     return step
 
 
@@ -278,8 +286,7 @@ def release(run_id, reservation, fail_times=0, block=None):
     ledger.record(run_id, "release")
     if block and ledger.count(run_id, "release") == 1:
         open(block + ".reached", "a").close()
-        while not os.path.exists(block):
-            time.sleep(0.02)
+        wait_for_file(block)
     if ledger.count(run_id, "release") <= fail_times:
         raise durable.NonRetryableError("the warehouse is down")
     return {"released": reservation["reservation"]}
