@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-latest bench clean
+.PHONY: demo test test-latest bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ test-latest:
 
 bench: $(STAMP)
 	scripts/run-bench.sh
+
+# The chaos soak (about 10 minutes, PostgreSQL of its own): SIGKILLs, crash restarts, paused
+# workers and random database errors, then every promise checked. CHAOS_SECONDS=... to change.
+chaos: $(STAMP)
+	$(VENV)/bin/python -m tests.chaos --duration $${CHAOS_SECONDS:-600} --db-faults
 
 clean:
 	rm -rf $(VENV) .venv-latest dist build db.sqlite3 db.sqlite3-*

@@ -5,8 +5,9 @@ Actions: ``exit`` (os._exit, like a crash), ``kill`` (SIGKILL to this process), 
 (an OperationalError), ``sqlstate:CODE`` (make the database raise that error on this thread's
 connection, e.g. 40001 or 40P01), ``terminate`` (pg_terminate_backend of this thread's
 connection, from a second one), ``sleep:SECONDS``, ``touch:PATH`` (create a file, then go on),
-``block:PATH`` (wait until a file exists) and ``once:PATH`` (skip the remaining actions if the
-file exists, else create it). With ``@step_key`` the fault fires only at that step.
+``block:PATH`` (wait until a file exists), ``once:PATH`` (skip the remaining actions if the
+file exists, else create it) and ``chance:P`` (go on with the remaining actions with probability
+P, for random fault soaks). With ``@step_key`` the fault fires only at that step.
 
 Points: after_claim_commit, before_step_call, after_step_return, before_checkpoint_commit,
 after_checkpoint_commit, before_terminal_commit, after_heartbeat, sweeper_after_select.
@@ -65,6 +66,11 @@ def _perform(action: str, point: str):
             return False
         with open(arg, "a"):
             pass
+    elif name == "chance":
+        import random
+
+        if random.random() >= float(arg):
+            return False
     elif name == "sqlstate":
         import re
 

@@ -642,3 +642,6 @@ def nested_steps(ctx, nap):
         return ctx.step("outer", outer, timeout=1, retry=durable.RetryPolicy(max_attempts=1))
     except durable.StepFailed as failure:
         return failure.type
+
+
+from . import chaos  # noqa: E402,F401 - the chaos soak's workflows, registered in every test worker

@@ -1,0 +1,49 @@
+"""The chaos soak (tests/chaos.py, `make chaos`) in short: a minute of SIGKILLs, PostgreSQL crash
+restarts, paused workers and random database errors breaks no promise; and the soak's checks catch
+each promise broken on purpose. It starts a PostgreSQL server of its own."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.chaos import BREAKS
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def soak(*args, timeout):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+    return subprocess.run([sys.executable, "-m", "tests.chaos", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def figure(table, name):
+    return re.search(rf"^\| {re.escape(name)} \| (.*) \|$", table, re.M).group(1)
+
+
+@pytest.mark.timeout(900)
+def test_a_minute_of_chaos_breaks_no_promise():
+    result = soak("--duration", "60", "--db-faults", timeout=840)
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    table = result.stdout
+    assert "RESULT: ok (0 violation(s))" in table
+    # The faults really happened.
+    assert int(figure(table, "worker processes SIGKILLed")) >= 3
+    assert int(figure(table, "PostgreSQL crash restarts")) >= 1
+    assert int(figure(table, "workers paused past their lease")) >= 1
+    assert int(figure(table, "runs started")) >= 100
+
+
+@pytest.mark.timeout(600)
+def test_the_soak_catches_each_promise_broken_on_purpose():
+    result = soak("--duration", "25", "--no-faults", "--break", ",".join(BREAKS), timeout=540)
+    table = result.stdout
+    assert result.returncode == 1, table + result.stderr[-5000:]
+    assert "broken on purpose: " in table
+    for mode, invariant in BREAKS.items():
+        assert mode in table.splitlines()[0], f"--break {mode} found nothing to break"
+        assert int(figure(table, invariant)) >= 1, f"--break {mode}: {invariant!r} not reported\n{table}"
