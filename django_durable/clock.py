@@ -34,6 +34,21 @@ def now() -> dt.datetime:
     return _frozen if _frozen is not None else timezone.now()
 
 
+def database_now(db: str) -> dt.datetime:
+    """Return the database's clock now (one query on PostgreSQL), or the frozen test time.
+
+    For times computed outside a worker's claim, such as the start of a delayed run: a web
+    server with a wrong clock must not move them.
+    """
+    from django.db import connections
+
+    if _frozen is not None or connections[db].vendor != "postgresql":
+        return now()  # SQLite's clock is this machine's
+    with connections[db].cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
 def is_frozen() -> bool:
     return _frozen is not None
 

@@ -223,8 +223,13 @@ class WorkItemQuerySet(models.QuerySet):
         return qs.order_by("-priority", "available_at", "id")
 
     def expired(self):
-        """Claimed items whose lease has run out (by the database's clock)."""
-        return self.filter(status=WorkItem.Status.PROCESSING, claim_expires_at__lt=clock.db_now())
+        """Claimed items whose lease has run out (by the database's clock), or that have none.
+
+        A processing item without a lease (written by hand, or by a bug) would otherwise be
+        held for ever: it counts as expired.
+        """
+        return self.filter(Q(claim_expires_at__lt=clock.db_now()) | Q(claim_expires_at__isnull=True),
+                           status=WorkItem.Status.PROCESSING)
 
 
 class WorkItem(models.Model):

@@ -428,11 +428,7 @@ def _set_status(slug: str, status: str) -> Schedule:
 
 
 def _db_now(db: str) -> dt.datetime:
-    if connections[db].vendor != "postgresql":
-        return clock.now()
-    with connections[db].cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        return cursor.fetchone()[0]
+    return clock.database_now(db)
 
 
 __all__ = [

@@ -14,7 +14,7 @@ import time
 
 from django.db import DatabaseError, InterfaceError, connections
 
-from . import conf, schedules, workpool
+from . import conf, schedules, serialization, workpool
 from .checks import check_sqlite_journal
 from .engine import alarm
 from .engine.branches import run_branch
@@ -159,7 +159,10 @@ class Worker:
                 claim.lost, outcome = True, "lost"
             if outcome == "lost":
                 report_lost(claim, self.name, "abandoned it")
-        except DB_ERRORS:
+        except DB_ERRORS as exc:
+            if refused(exc):
+                self._fail_refused(claim, exc)
+                return True
             # Hand the run back so another worker (or we, once reconnected) goes on at once
             # rather than after the lease; the release is fenced, so it is safe to try.
             close_connection(self.db)
@@ -183,6 +186,26 @@ class Worker:
                 self._current = self._next
             self.processed += 1
         return True
+
+    def _fail_refused(self, claim: workpool.Claim, exc: BaseException) -> None:
+        """The database refused the engine's own write for its data (a damaged row, a value out
+        of range): handing the run back would loop for ever, so the run fails, fenced, saying why."""
+        close_connection(self.db)
+        cause = exc.__cause__ or exc
+        error = serialization.dumps_error(RunDamaged(
+            f"The engine could not record this run's progress: the database refused it "
+            f"({type(cause).__name__}: {str(cause).strip()[:500]}). Its stored rows may be damaged; "
+            f"repair them and retry the run."
+        ))
+        logger.error("Run %s failed: the database refused the engine's write (%s).", claim.run_id, cause)
+        try:
+            if claim.kind == WorkItem.Kind.ADVANCE:
+                workpool.finish_run(claim, status="failed", result=None, error=error)
+            else:
+                claim.lost = True  # a branch: its lease lapses and it is delivered again, then fails as poison
+        except DB_ERRORS:
+            close_connection(self.db)
+            claim.lost = True
 
     # -- called by the maintenance thread ---------------------------------------------------------
 
@@ -210,6 +233,19 @@ class Worker:
             os._exit(EXIT_REPLACE)
         # The stuck thread cannot be stopped, only the process: run the same command afresh.
         os.execv(sys.executable, sys.orig_argv)
+
+
+class RunDamaged(Exception):
+    """The database refused the engine's write for a run (recorded as the run's error)."""
+
+
+def refused(exc: BaseException) -> bool:
+    """True if the database refused a statement for its data (not a lost connection, not a
+    conflict of the moment): trying it again would fail again."""
+    from django.db import DataError, IntegrityError
+
+    cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
+    return isinstance(cause, (DataError, IntegrityError))
 
 
 def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:

@@ -131,25 +131,10 @@ class Soak:
     # -- set-up ---------------------------------------------------------------------------------------
 
     def environment(self) -> dict:
-        env = dict(os.environ)
-        env.update(
-            DJANGO_SETTINGS_MODULE="tests.settings", DURABLE_TEST_DATABASE_URL=self.server.url,
-            DURABLE_TEST_DB_NAME="durable", DURABLE_LEASE_SECONDS=str(LEASE), DURABLE_HEARTBEAT_SECONDS="1",
-            DURABLE_REAPER_INTERVAL="1", DURABLE_POLL_INTERVAL="0.2", DURABLE_MAX_DELIVERIES="10",
-            DURABLE_LOG_LEVEL="INFO", DURABLE_CHAOS_LEDGER=str(self.ledger), PYTHONUNBUFFERED="1",
-            DURABLE_TEST_LEDGER=str(self.workdir / "test-ledger.txt"),
-        )
-        env.pop("DURABLE_FAULTS", None)
-        return env
+        return environment(self.server, self.workdir, DURABLE_CHAOS_LEDGER=str(self.ledger))
 
     def setup_django(self) -> None:
-        os.environ.update(self.environment())
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+        setup_django(self.environment())
 
     def start_supervisors(self) -> None:
         for group in range(3):
@@ -345,6 +330,31 @@ class Soak:
                 return time.monotonic() - started
             time.sleep(0.5)
         return float("nan")
+
+
+def environment(server: Postgres, workdir: Path, **extra) -> dict:
+    """The environment of the soak's processes: the test settings on `server`, short leases."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings", DURABLE_TEST_DATABASE_URL=server.url,
+        DURABLE_TEST_DB_NAME="durable", DURABLE_LEASE_SECONDS=str(LEASE), DURABLE_HEARTBEAT_SECONDS="1",
+        DURABLE_REAPER_INTERVAL="1", DURABLE_POLL_INTERVAL="0.2", DURABLE_MAX_DELIVERIES="10",
+        DURABLE_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1", DURABLE_TEST_LEDGER=str(workdir / "test-ledger.txt"),
+        **extra,
+    )
+    env.pop("DURABLE_FAULTS", None)
+    return env
+
+
+def setup_django(env: dict) -> None:
+    """Point this process at the soak's server and create the tables."""
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
 
 
 def _kill(pid: int, signum: int) -> None:

@@ -95,3 +95,9 @@ DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DURABLE_CANCEL_GRACE_SECONDS = float(os.environ.get("DURABLE_CANCEL_GRACE_SECONDS", 5))
 DURABLE_MISSING_CODE_GRACE_SECONDS = float(os.environ.get("DURABLE_MISSING_CODE_GRACE_SECONDS", 600))
+
+if os.environ.get("DURABLE_TEST_CLOCK_SKEW"):
+    # RELIABILITY T22: this process's wall clock is wrong (see tests/skew.py).
+    from tests.skew import install as _skew
+
+    _skew(os.environ["DURABLE_TEST_CLOCK_SKEW"])

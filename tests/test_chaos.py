@@ -47,3 +47,13 @@ def test_the_soak_catches_each_promise_broken_on_purpose():
     for mode, invariant in BREAKS.items():
         assert mode in table.splitlines()[0], f"--break {mode} found nothing to break"
         assert int(figure(table, invariant)) >= 1, f"--break {mode}: {invariant!r} not reported\n{table}"
+
+
+@pytest.mark.timeout(400)
+def test_t07_postgres_restarts_in_the_middle_of_a_sweep_and_no_run_is_stranded():
+    """RELIABILITY T07 (tests/restarts.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+    result = subprocess.run([sys.executable, "-m", "tests.restarts"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=360)
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    assert "200 runs completed, 0 work items left, sweep error logged: True" in result.stdout

@@ -71,7 +71,9 @@ def start_run(
     if run_at is not None and (not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at)):
         raise ValueError(f"run_at must be an aware datetime, not {run_at!r}.")
     if delay is not None:
-        run_at = clock.now() + dt.timedelta(seconds=clock.seconds(delay, "delay"))
+        # Counted on the database's clock, like every timer, not this process's.
+        seconds = clock.seconds(delay, "delay")
+        run_at = clock.database_now(conf.get("DATABASE")) + dt.timedelta(seconds=seconds)
     if by is None:
         return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
                           priority=priority, run_at=run_at)

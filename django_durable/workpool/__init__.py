@@ -346,7 +346,7 @@ def defer_missing(claim: Claim, what: str) -> str:
         if not held.exists():
             claim.lost = True
             return "lost"
-        if claim.fence().filter(missing_since__lte=ExpressionWrapper(
+        if grace <= 0 or claim.fence().filter(missing_since__lte=ExpressionWrapper(
                 now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())).exists():
             return "expired"
         claim.fence().update(

@@ -645,3 +645,16 @@ def nested_steps(ctx, nap):
 
 
 from . import chaos  # noqa: E402,F401 - the chaos soak's workflows, registered in every test worker
+
+
+def always_fails(run_id):
+    ledger.record(run_id, "fail")
+    raise ConnectionError("the service is down")
+
+
+@durable.workflow("tests.always_failing")
+def always_failing(ctx, backoff):
+    """Fails its step for ever, waiting out a back-off between attempts (RELIABILITY T29)."""
+    policy = durable.RetryPolicy(max_attempts=1000, initial_backoff=backoff, backoff_coefficient=1, jitter=0)
+    return ctx.step("call", always_fails, ctx.run_id, retry=policy)
+
