@@ -128,6 +128,39 @@ def w1(runs: int, steps: int, processes: int, **env: str) -> dict:
     return {"workflows_per_s": runs / elapsed, "steps_per_s": runs * steps / elapsed, "seconds": elapsed}
 
 
+def dead_tuples() -> int:
+    time.sleep(1.5)  # the statistics arrive from the backends within a second
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables "
+                       "WHERE relname IN ('durable_work_item', 'durable_workflow_run')")
+        return int(cursor.fetchone()[0])
+
+
+def t30_long_reader(runs: int, processes: int) -> dict:
+    """RELIABILITY T30: W1 while a REPEATABLE READ transaction holds its snapshot, then after it ends.
+
+    The held snapshot keeps every row version the workers replace from being vacuumed away:
+    measure the throughput and the dead rows left, with and without it.
+    """
+    import psycopg
+
+    reader = psycopg.connect(psycopg_url(), autocommit=True)
+    try:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT 1").fetchone()  # the snapshot is taken here and held
+        during = w1(runs, 10, processes)
+        dead_during = dead_tuples()
+    finally:
+        reader.execute("ROLLBACK")
+        reader.close()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM durable_work_item, durable_workflow_run")
+    dead_vacuumed = dead_tuples()
+    after = w1(runs, 10, processes)
+    return {"steps_per_s_held": during["steps_per_s"], "steps_per_s_after": after["steps_per_s"],
+            "dead_rows_held": dead_during, "dead_rows_after_vacuum": dead_vacuumed}
+
+
 # -- W2: latency of one workflow on an idle worker -------------------------------------------------
 
 
@@ -368,7 +401,8 @@ def main() -> None:
     parser.add_argument("--admin-runs", type=int, default=100_000)
     parser.add_argument("--sections", default="core,fanout,timers,signals",
                         help="comma-separated: core (ceiling, W1, W2), fanout (W3), timers (W4), signals (W5), "
-                             "schedules (W6, several minutes), admin (the dashboard on --admin-runs runs, once), "
+                             "schedules (W6, several minutes), reader (T30: W1 under a long REPEATABLE READ reader), "
+                             "admin (the dashboard on --admin-runs runs, once), "
                              "api (the REST API on the same table)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
@@ -395,6 +429,8 @@ def main() -> None:
             figures.update({f"w4_{k}": v for k, v in w4_timers(args.timer_runs, args.processes).items()})
         if "signals" in sections:
             figures.update({f"w5_{k}": v for k, v in w5_signals(args.signal_runs).items()})
+        if "reader" in sections:
+            figures.update({f"t30_{k}": v for k, v in t30_long_reader(args.w1_runs, args.processes).items()})
         if "schedules" in sections:
             figures.update({f"w6_{k}": v for k, v in
                             w6_schedules(args.schedules, args.processes, args.schedule_minutes).items()})
@@ -434,6 +470,13 @@ def main() -> None:
             ("W5 signal() to the next step done, p50", f"{median['w5_p50_ms']:.1f} ms"),
             ("W5 signal() to the next step done, p95", f"{median['w5_p95_ms']:.1f} ms"),
             ("W5 signal stored to run finished (database), p50", f"{median['w5_server_p50_ms']:.1f} ms"),
+        ]
+    if "reader" in sections:
+        rows += [
+            ("T30 W1 steps/s while a REPEATABLE READ snapshot is held", f"{median['t30_steps_per_s_held']:.0f}"),
+            ("   dead row versions it kept (work items and runs)", f"{median['t30_dead_rows_held']:.0f}"),
+            ("T30 W1 steps/s after it ended and a VACUUM", f"{median['t30_steps_per_s_after']:.0f}"),
+            ("   dead row versions left after the VACUUM", f"{median['t30_dead_rows_after_vacuum']:.0f}"),
         ]
     if "schedules" in sections:
         n = args.schedules
