@@ -40,7 +40,8 @@ class _Frame:
 
 _frames: list[_Frame] = []  # the steps running in the main thread, outermost first
 _previous_handler = None
-_permanent = False
+_installed = False  # by a step, outside a worker (restored when the last step ends)
+_permanent = False  # by a worker, for its life
 
 
 def install() -> None:
@@ -117,9 +118,10 @@ class Alarm:
             finally:
                 claim.step_deadline, claim.step_active = outer_deadline, outer_active
             return
-        global _previous_handler
-        if not _frames and not _permanent:
-            _previous_handler = signal.signal(signal.SIGALRM, _on_alarm)
+        global _previous_handler, _installed
+        if ends and not _permanent and not _installed:
+            # Outside a worker the handler is ours only while a timed step runs.
+            _previous_handler, _installed = signal.signal(signal.SIGALRM, _on_alarm), True
         timed = bool(ends) or any(f.step_at is not None or f.run_at is not None for f in _frames)
         _frames.append(_Frame(key, claim, step_at, deadline, run_at, claim.step_active))
         try:
@@ -130,7 +132,7 @@ class Alarm:
             _frames.pop()
             if timed:  # a step with no deadline, under none, never touched the timer
                 _arm()
-            if not _frames and not _permanent:
+            if not _frames and _installed:
                 signal.signal(signal.SIGALRM, _previous_handler)
-                _previous_handler = None
+                _previous_handler, _installed = None, False
             claim.step_deadline, claim.step_active = outer_deadline, outer_active
