@@ -107,8 +107,8 @@ class Maintenance(threading.Thread):
             return
         if claim.cancel_seen_at is None:
             claim.cancel_seen_at = now
-        if claim.step_active and not claim.cancel_due and now >= claim.cancel_seen_at + self.cancel_grace:
-            claim.cancel_due, claim.cancel_sent_at = True, now
+        if claim.step_active and claim.cancel_sent_at is None and now >= claim.cancel_seen_at + self.cancel_grace:
+            claim.cancel_sent_at = now
             logger.warning("Run %s was cancelled %.1f s ago and its step is still running; interrupting it.",
                            claim.run_id, now - claim.cancel_seen_at)
             alarm.interrupt(self.main_thread)

@@ -173,7 +173,7 @@ def tick(*, db: str, batch: int = 200) -> int:
     Schedules are handled `batch` at a time, each batch its own transaction, so the first runs
     are visible to workers while later schedules are still being handled.
     """
-    now = clock.now() if clock.is_frozen() else _db_now(db)
+    now = clock.database_now(db)
     grace = dt.timedelta(seconds=float(conf.get("SCHEDULE_GRACE_SECONDS")))
     started = 0
     while True:
@@ -312,7 +312,7 @@ def next_due_in(*, db: str) -> float | None:
     earliest = Schedule.objects.using(db).filter(status=Schedule.Status.ACTIVE).aggregate(at=Min("next_fire_at"))["at"]
     if earliest is None:
         return None
-    now = clock.now() if clock.is_frozen() else _db_now(db)
+    now = clock.database_now(db)
     return (earliest - now).total_seconds()
 
 
@@ -425,10 +425,6 @@ def _set_status(slug: str, status: str) -> Schedule:
             schedule.next_fire_at = _next_after(schedule, clock.now())
         schedule.save(using=db, update_fields=["status", "next_fire_at"])
     return schedule
-
-
-def _db_now(db: str) -> dt.datetime:
-    return clock.database_now(db)
 
 
 __all__ = [

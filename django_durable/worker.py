@@ -21,7 +21,7 @@ from .engine.branches import run_branch
 from .engine.replay import advance
 from .interrupts import DatabaseUnavailable, LeaseLost
 from .maintenance import Maintenance
-from .models import WorkItem
+from .models import WorkflowRun, WorkItem
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -200,7 +200,7 @@ class Worker:
         logger.error("Run %s failed: the database refused the engine's write (%s).", claim.run_id, cause)
         try:
             if claim.kind == WorkItem.Kind.ADVANCE:
-                workpool.finish_run(claim, status="failed", result=None, error=error)
+                workpool.finish_run(claim, status=WorkflowRun.Status.FAILED, result=None, error=error)
             else:
                 claim.lost = True  # a branch: its lease lapses and it is delivered again, then fails as poison
         except DB_ERRORS:

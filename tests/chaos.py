@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +122,6 @@ class Soak:
         self.lock = threading.Lock()
         self.runs: dict[str, tuple[str, object]] = {}  # run id -> (kind, argument)
         self.sends: list[tuple[float, str, int]] = []  # (when, run id, index): signals to send
-        self.signals_sent: dict[str, list[int]] = collections.defaultdict(list)
         self.kills: list[tuple[float, int]] = []
         self.restarts: list[float] = []
         self.pauses: list[tuple[float, float, int]] = []  # (stopped, resumed, pid)
@@ -233,8 +233,7 @@ class Soak:
             try:
                 retrying(lambda: durable.signal(run_id, "go", f"g{i}", idempotency_key=f"{run_id}:{i}"))
             except durable.DurableError:
-                continue  # the run ended already (only when damaged on purpose); the checks see it
-            self.signals_sent[run_id].append(i)
+                pass  # the run ended already (only when damaged on purpose); the checks see it
 
     def chaos(self) -> None:
         rng = random.Random(self.seed + 1)
@@ -271,8 +270,6 @@ class Soak:
             print(f"chaos: --break failed: {exc!r}", file=sys.stderr)
 
     def _damage(self) -> None:
-        import uuid
-
         from django.db.models.functions import Now
         from django.utils import timezone
 
@@ -319,7 +316,7 @@ class Soak:
                     self.broken.append(mode)
                     pending.remove(mode)
 
-    def drain(self) -> float:
+    def drain(self) -> float | None:
         from django_durable.models import WorkflowRun
 
         started = time.monotonic()
@@ -329,7 +326,7 @@ class Soak:
             if left == 0:
                 return time.monotonic() - started
             time.sleep(0.5)
-        return float("nan")
+        return None
 
 
 def environment(server: Postgres, workdir: Path, **extra) -> dict:
@@ -409,162 +406,181 @@ class Report:
         return "\n".join(lines)
 
 
+INVARIANTS = (
+    "every run ended with its expected result",
+    "exactly one ORM row per atomic step",
+    "signals consumed once each, in order",
+    "no step executed after its checkpoint committed",
+    "a step re-executed with no fault to explain it",
+    "no sleep ended early",
+    "no worker process exited except those killed",
+    "nothing left claimed or queued",
+)
+
+
 class Checker:
-    """Reads what the soak left behind and checks it against the contract."""
+    """Reads what the soak left behind and checks it against the contract, one invariant a method."""
 
     def __init__(self, soak: Soak):
+        from django_durable.models import Step, WorkflowRun
+
         self.soak = soak
-
-    def check(self, drained_in: float) -> Report:
-        from django_durable.models import SignalMessage, Step, WorkflowRun, WorkItem
-        from tests.testapp.chaos import expected
-        from tests.testapp.models import Payment
-
-        soak = self.soak
-        v: dict[str, list[str]] = {name: [] for name in (
-            "every run ended with its expected result",
-            "exactly one ORM row per atomic step",
-            "signals consumed once each, in order",
-            "no step executed after its checkpoint committed",
-            "a step re-executed with no fault to explain it",
-            "no sleep ended early",
-            "no worker process exited except those killed",
-            "nothing left claimed or queued",
-        )}
-        runs = {str(r[0]): r for r in retrying(lambda: list(
-            WorkflowRun.objects.filter(workflow__startswith="chaos.").values_list("id", "workflow", "status", "result",
-                                                                                 "parent_id")))}
-        steps = collections.defaultdict(dict)
-        for run_id, key, status, finished_at, kind in retrying(lambda: list(
+        self.violations: dict[str, list[str]] = {name: [] for name in INVARIANTS}
+        self.runs = {str(r[0]): r for r in retrying(lambda: list(
+            WorkflowRun.objects.filter(workflow__startswith="chaos.")
+            .values_list("id", "workflow", "status", "result", "parent_id")))}
+        self.steps: dict[str, dict] = collections.defaultdict(dict)  # run -> key -> (status, finished_at)
+        for run_id, key, status, finished_at in retrying(lambda: list(
                 Step.objects.filter(run__workflow__startswith="chaos.")
-                .values_list("run_id", "key", "status", "finished_at", "kind"))):
-            steps[str(run_id)][key] = (status, finished_at, kind)
-        ledger = _read_ledger(soak.ledger)
+                .values_list("run_id", "key", "status", "finished_at"))):
+            self.steps[str(run_id)][key] = (status, finished_at)
+        self.killed = {pid for _, pid in soak.kills}
 
-        from django_durable import serialization
+    def started(self, kind: str):
+        """(run id, argument) of the runs the soak started of `kind`."""
+        return [(run_id, argument) for run_id, (k, argument) in self.soak.runs.items() if k == kind]
 
-        statuses = collections.Counter()
-        for run_id, (kind, argument) in soak.runs.items():
-            row = runs.get(run_id)
-            if row is None:
-                v["every run ended with its expected result"].append(f"run {run_id} ({kind}) is missing")
-                continue
-            statuses[row[2]] += 1
-            result = serialization.decode(row[3]) if row[3] else None
-            want = expected(kind, argument)
-            if row[2] != "completed" or (want is not None and result != want):
-                v["every run ended with its expected result"].append(
-                    f"run {run_id} ({kind} {argument!r}) ended {row[2]} with {result!r}, not {want!r}")
-            if kind == "sleep" and row[2] == "completed":
-                before, after = (dt.datetime.fromisoformat(t) if isinstance(t, str) else t for t in result)
-                if (after - before).total_seconds() < argument:
-                    v["no sleep ended early"].append(
-                        f"run {run_id} slept {(after - before).total_seconds():.3f} s of {argument} s")
-
-        # Exactly one ORM row per atomic step of a completed run.
-        payments = collections.Counter(retrying(lambda: list(Payment.objects.values_list("run_id", "amount"))))
-        for run_id, (kind, argument) in soak.runs.items():
-            if kind == "atomic":
-                for i in range(argument):
-                    count = payments.get((_uuid(run_id), i), 0)
-                    if count != 1:
-                        v["exactly one ORM row per atomic step"].append(f"run {run_id} step pay{i}: {count} rows")
-
-        # Signals: each sent once (idempotency keys), each consumed once, by the waits in order.
-        messages = collections.defaultdict(list)
-        for run_id, payload, consumed_by, consumed_at in retrying(lambda: list(
-                SignalMessage.objects.filter(run__workflow="chaos.signals").order_by("id")
-                .values_list("run_id", "payload", "consumed_by", "consumed_at"))):
-            messages[str(run_id)].append((serialization.decode(payload), consumed_by, consumed_at))
-        for run_id, (kind, argument) in soak.runs.items():
-            if kind != "signals":
-                continue
-            got = messages.get(run_id, [])
-            order = [payload for payload, _, _ in sorted(got, key=lambda m: m[1])]
-            takers = [by for _, by, at in got if at is not None]
-            if len(got) != argument or len(set(takers)) != argument or order != [f"g{i}" for i in range(argument)] \
-                    or "warm-up" not in steps[run_id]:
-                v["signals consumed once each, in order"].append(f"run {run_id}: {got}")
-            keys = [k for k in steps[run_id] if k.startswith("signal:go:")]
-            if len(keys) != argument:
-                v["signals consumed once each, in order"].append(f"run {run_id}: {len(keys)} waits recorded")
-
-        # Executions: after the checkpoint committed, and re-executions without a fault.
-        killed = {pid for _, pid in soak.kills}
-        paused = {pid: (stopped, resumed) for stopped, resumed, pid in soak.pauses}
-        executions = retries = reexecuted = explained = 0
-        by_step = collections.defaultdict(list)
-        for entry in ledger:
-            by_step[(entry["run"], entry["key"])].append(entry)
-        for (run_id, key), entries in by_step.items():
-            executions += len(entries)
-            entries.sort(key=lambda e: e["at"])
-            recorded = steps.get(run_id, {}).get(key)
-            if recorded is not None and recorded[0] == "completed" and recorded[1] is not None:
-                committed = recorded[1].timestamp()
-                for entry in entries:
-                    if entry["at"] > committed + 0.001 and not _paused_then(entry, paused):
-                        v["no step executed after its checkpoint committed"].append(
-                            f"run {run_id} step {key!r} ran at {entry['at']:.3f} by pid {entry['pid']}, "
-                            f"after its checkpoint ({committed:.3f})")
-            seen: dict[int, dict] = {}
-            for entry in entries:
-                earlier = seen.get(entry["attempt"])
-                if earlier is None:
-                    seen[entry["attempt"]] = entry
-                    if entry["attempt"] > 1:
-                        retries += 1
-                    continue
-                reexecuted += 1
-                if (earlier["pid"] in killed or earlier["pid"] in paused
-                        or any(earlier["at"] - 1 <= t <= entry["at"] for t in soak.restarts)
-                        or (soak.options.db_faults and "g2" in (earlier["group"], entry["group"]))):
-                    explained += 1
-                else:
-                    v["a step re-executed with no fault to explain it"].append(
-                        f"run {run_id} step {key!r} attempt {entry['attempt']}: pid {earlier['pid']} at "
-                        f"{earlier['at']:.3f}, again by pid {entry['pid']} at {entry['at']:.3f}")
-                seen[entry["attempt"]] = entry
-
-        # Worker processes: every one that exited was killed by the driver.
-        exits = []
-        for log in sorted(soak.workdir.glob("supervisor-*.log")):
-            text = log.read_text(errors="replace")
-            exits += [(int(pid), code) for pid, code in re.findall(r"Worker process (\d+) exited with (-?\d+)", text)]
-            exits += [(int(pid), "replace") for pid in re.findall(r"Worker process (\d+) asked to be replaced", text)]
-            exits += [(int(pid), "crash") for pid in re.findall(r"Worker process (\d+) crashed", text)]
-        for pid, code in exits:
-            if pid not in killed:
-                v["no worker process exited except those killed"].append(f"worker process {pid} exited ({code})")
-
-        busy = retrying(lambda: list(WorkItem.objects.filter(status__in=["pending", "processing"])
-                                     .values_list("id", "kind", "status", "run_id")))
-        for item in busy:
-            v["nothing left claimed or queued"].append(f"work item {item}")
-
+    def check(self, drained_in: float | None) -> Report:
+        statuses = self.results()
+        self.atomic_rows()
+        self.signals()
+        executions, retries, reexecuted, explained = self.executions()
+        exits = self.worker_exits()
+        self.leftovers()
+        if drained_in is None:
+            self.violations["every run ended with its expected result"].append(
+                f"runs still unfinished {self.soak.options.drain_timeout:g} s after the chaos stopped")
+        soak = self.soak
         figures = {
             "runs started": len(soak.runs),
             "runs by status": ", ".join(f"{status} {n}" for status, n in sorted(statuses.items())),
-            "child runs": sum(1 for r in runs.values() if r[4] is not None),
+            "child runs": sum(1 for r in self.runs.values() if r[4] is not None),
             "worker processes SIGKILLed": len(soak.kills),
             "PostgreSQL crash restarts": len(soak.restarts),
             "workers paused past their lease": len(soak.pauses),
             "step executions (ledger)": executions,
             "retries of failed attempts": retries,
             "re-executions (explained by a fault)": f"{reexecuted} ({explained})",
-            "worker exits": f"{len(exits)} (killed {len(killed)})",
-            "drain time after the chaos": "did not drain" if drained_in != drained_in else f"{drained_in:.1f} s",
+            "worker exits": f"{exits} (killed {len(self.killed)})",
+            "drain time after the chaos": "did not drain" if drained_in is None else f"{drained_in:.1f} s",
         }
-        if drained_in != drained_in:
-            v["every run ended with its expected result"].append(
-                f"runs still unfinished {soak.options.drain_timeout:g} s after the chaos stopped")
-        return Report(soak, figures, v)
+        return Report(soak, figures, self.violations)
 
+    def results(self) -> collections.Counter:
+        """Every run ended completed with its expected result; no sleep ended early."""
+        from django_durable import serialization
+        from tests.testapp.chaos import expected
 
-def _uuid(text):
-    import uuid
+        statuses = collections.Counter()
+        wrong = self.violations["every run ended with its expected result"]
+        early = self.violations["no sleep ended early"]
+        for run_id, (kind, argument) in self.soak.runs.items():
+            row = self.runs.get(run_id)
+            if row is None:
+                wrong.append(f"run {run_id} ({kind}) is missing")
+                continue
+            statuses[row[2]] += 1
+            result = serialization.decode(row[3]) if row[3] else None
+            want = expected(kind, argument)
+            if row[2] != "completed" or (want is not None and result != want):
+                wrong.append(f"run {run_id} ({kind} {argument!r}) ended {row[2]} with {result!r}, not {want!r}")
+            elif kind == "sleep":
+                before, after = result  # the database's clock, read in the steps around the sleep
+                if (after - before).total_seconds() < argument:
+                    early.append(f"run {run_id} slept {(after - before).total_seconds():.3f} s of {argument} s")
+        return statuses
 
-    return uuid.UUID(text)
+    def atomic_rows(self) -> None:
+        from tests.testapp.models import Payment
+
+        payments = collections.Counter(retrying(lambda: list(Payment.objects.values_list("run_id", "amount"))))
+        for run_id, argument in self.started("atomic"):
+            for i in range(argument):
+                count = payments.get((uuid.UUID(run_id), i), 0)
+                if count != 1:
+                    self.violations["exactly one ORM row per atomic step"].append(
+                        f"run {run_id} step pay{i}: {count} rows")
+
+    def signals(self) -> None:
+        """Each signal stored once (idempotency keys), consumed once, by the waits in order."""
+        from django_durable import serialization
+        from django_durable.models import SignalMessage
+
+        messages = collections.defaultdict(list)
+        for run_id, payload, consumed_by, consumed_at in retrying(lambda: list(
+                SignalMessage.objects.filter(run__workflow="chaos.signals").order_by("id")
+                .values_list("run_id", "payload", "consumed_by", "consumed_at"))):
+            messages[str(run_id)].append((serialization.decode(payload), consumed_by, consumed_at))
+        found = self.violations["signals consumed once each, in order"]
+        for run_id, count in self.started("signals"):
+            got = messages.get(run_id, [])
+            order = [payload for payload, _, _ in sorted(got, key=lambda m: m[1])]
+            takers = {by for _, by, at in got if at is not None}
+            if (len(got) != count or len(takers) != count or order != [f"g{i}" for i in range(count)]
+                    or "warm-up" not in self.steps[run_id]):
+                found.append(f"run {run_id}: {got}")
+            waits = [k for k in self.steps[run_id] if k.startswith("signal:go:")]
+            if len(waits) != count:
+                found.append(f"run {run_id}: {len(waits)} waits recorded")
+
+    def executions(self) -> tuple[int, int, int, int]:
+        """No execution after the step's checkpoint; no re-execution without a fault to explain it.
+
+        Return the executions, retries, re-executions and the re-executions explained."""
+        soak = self.soak
+        paused = {pid: (stopped, resumed) for stopped, resumed, pid in soak.pauses}
+        after_commit = self.violations["no step executed after its checkpoint committed"]
+        unexplained = self.violations["a step re-executed with no fault to explain it"]
+        executions = retries = reexecuted = explained = 0
+        by_step = collections.defaultdict(list)
+        for entry in _read_ledger(soak.ledger):
+            by_step[(entry["run"], entry["key"])].append(entry)
+        for (run_id, key), entries in by_step.items():
+            executions += len(entries)
+            entries.sort(key=lambda e: e["at"])
+            status, finished_at = self.steps.get(run_id, {}).get(key, (None, None))
+            if status == "completed" and finished_at is not None:
+                committed = finished_at.timestamp()
+                for entry in entries:
+                    if entry["at"] > committed + 0.001 and not _paused_then(entry, paused):
+                        after_commit.append(f"run {run_id} step {key!r} ran at {entry['at']:.3f} by pid "
+                                            f"{entry['pid']}, after its checkpoint ({committed:.3f})")
+            latest: dict[int, dict] = {}  # attempt -> its latest execution
+            for entry in entries:
+                earlier = latest.get(entry["attempt"])
+                latest[entry["attempt"]] = entry
+                if earlier is None:
+                    retries += entry["attempt"] > 1
+                    continue
+                reexecuted += 1
+                if (earlier["pid"] in self.killed or earlier["pid"] in paused
+                        or any(earlier["at"] - 1 <= t <= entry["at"] for t in soak.restarts)
+                        or (soak.options.db_faults and "g2" in (earlier["group"], entry["group"]))):
+                    explained += 1
+                else:
+                    unexplained.append(f"run {run_id} step {key!r} attempt {entry['attempt']}: pid {earlier['pid']} "
+                                       f"at {earlier['at']:.3f}, again by pid {entry['pid']} at {entry['at']:.3f}")
+        return executions, retries, reexecuted, explained
+
+    def worker_exits(self) -> int:
+        """Every worker process that exited was killed by the driver; return how many exited."""
+        exits = []
+        for log in sorted(self.soak.workdir.glob("supervisor-*.log")):
+            text = log.read_text(errors="replace")
+            exits += [(int(pid), code) for pid, code in re.findall(r"Worker process (\d+) exited with (-?\d+)", text)]
+            exits += [(int(pid), "replace") for pid in re.findall(r"Worker process (\d+) asked to be replaced", text)]
+            exits += [(int(pid), "crash") for pid in re.findall(r"Worker process (\d+) crashed", text)]
+        self.violations["no worker process exited except those killed"] += [
+            f"worker process {pid} exited ({code})" for pid, code in exits if pid not in self.killed
+        ]
+        return len(exits)
+
+    def leftovers(self) -> None:
+        from django_durable.models import WorkItem
+
+        busy = retrying(lambda: list(WorkItem.objects.filter(status__in=["pending", "processing"])
+                                     .values_list("id", "kind", "status", "run_id")))
+        self.violations["nothing left claimed or queued"] += [f"work item {item}" for item in busy]
 
 
 def _paused_then(entry, paused) -> bool:

@@ -6,12 +6,17 @@ a cancel reaches a running step; code missing in a worker waits for one that has
 """
 
 import signal
+import threading
+import time
 
 import pytest
+from django.db import connection, connections, transaction
 
 import django_durable as durable
-from django_durable.models import WorkflowRun
-from tests.conftest import assert_settled, ledger_counts
+from django_durable.models import WorkflowRun, WorkItem
+from tests.conftest import assert_settled, ledger_counts, wait_for
+from tests.testapp import ledger
+from tests.testapp.models import Payment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,27 +53,14 @@ def test_a_branch_claim_stalled_past_its_lease_is_abandoned_and_the_worker_goes_
 def _hold_run_rows(runs, seconds):
     """Lock the runs' rows for `seconds` from another connection, so that the claims that reach
     them wait that long between their statement's timestamp and their answer (PostgreSQL)."""
-    import threading
-
-    from django.db import connections
-
-    from django_durable.models import WorkItem
-
     locked = threading.Event()
 
     def hold():
         try:
-            from django.db import transaction
-
             with transaction.atomic():
                 list(WorkflowRun.objects.select_for_update().filter(pk__in=[r.pk for r in runs]))
                 locked.set()
-                # Until every worker's claim statement is blocked on a row (or the time is up).
-                import time
-
-                deadline = time.monotonic() + seconds
-                while time.monotonic() < deadline:
-                    time.sleep(0.05)
+                time.sleep(seconds)  # the workers' claim statements wait on these rows meanwhile
         finally:
             locked.set()
             connections.close_all()
@@ -82,10 +74,6 @@ def _hold_run_rows(runs, seconds):
 def test_no_sleep_backoff_or_timeout_ends_before_its_time_on_the_database_clock(start_worker, cpu_hog):
     """Measured inside the steps, on the database's clock, with a busy machine and (on PostgreSQL)
     claim statements held up between their timestamp and their answer."""
-    from django.db import connection
-
-    from tests.testapp import ledger
-
     sleep = durable.start("tests.measured_sleep", 1.0)
     backoff = durable.start("tests.measured_backoff", 0.5)
     timeout = durable.start("tests.measured_timeout", 0.7)
@@ -114,8 +102,6 @@ GRACE = {"DURABLE_CANCEL_GRACE_SECONDS": "1"}
 
 
 def _cancel_when_reached(run, reached, timeout=30):
-    from tests.conftest import wait_for
-
     wait_for(reached.exists, timeout=timeout, message="the step to start")
     assert durable.cancel(run.pk, reason="stop").cancel_requested_at is not None
 
@@ -128,8 +114,6 @@ def _cancel_when_reached(run, reached, timeout=30):
 def test_a_cancel_interrupts_a_running_step_after_the_grace(start_worker, tmp_path, workflow):
     """A 30-second step (one blocking call) is interrupted about a second after the cancel; the
     run ends cancelled, no later step starts, an atomic step's writes roll back, the worker goes on."""
-    from tests.testapp.models import Payment
-
     reached = tmp_path / "reached"
     run = durable.start(workflow, str(reached))
     worker = start_worker(burst=False, env=GRACE)
@@ -193,8 +177,6 @@ def test_a_cancel_interrupts_running_parallel_branches(start_worker, tmp_path):
     _cancel_when_reached(run, reached)
     with pytest.raises(durable.WorkflowFailed, match="cancelled"):
         durable.wait(run.pk, timeout=20)
-    from tests.conftest import wait_for
-
     # Both branches are interrupted and let go of their claims long before their 30 s.
     wait_for(lambda: not run_of(run).work_items.filter(status="processing").exists(), timeout=15,
              message="the branches to let go")
@@ -210,9 +192,6 @@ def test_a_cancel_interrupts_running_parallel_branches(start_worker, tmp_path):
 
 
 def test_during_a_rolling_deploy_a_run_waits_for_a_worker_that_has_its_workflow(start_worker):
-    from django_durable.models import WorkItem
-    from tests.conftest import wait_for
-
     run = durable.start("tests.new_release")
     old = start_worker("--name", "old", burst=False, env={"DURABLE_TEST_OLD_RELEASE": "1"})
     wait_for(lambda: "does not have workflow 'tests.new_release'" in old.log(), timeout=30,

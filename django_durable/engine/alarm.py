@@ -21,8 +21,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from ..exceptions import Cancelled, StepTimeout
 from ..interrupts import RunTimedOut
+
+if TYPE_CHECKING:
+    from ..workpool import Claim
 
 # A timer may fire a hair before the monotonic clock agrees that the deadline passed.
 _SLACK = 0.002
@@ -31,7 +36,7 @@ _SLACK = 0.002
 @dataclass
 class _Frame:
     key: str
-    claim: object
+    claim: Claim
     step_at: float | None  # time.monotonic() at which the step times out...
     step_when: dt.datetime | None  # ...and its deadline, for the message
     run_at: float | None  # time.monotonic() at which the run times out
@@ -67,15 +72,15 @@ def _on_alarm(signum, frame):
     if not _frames:
         return  # a timer or a cancel that arrived after the step ended
     now = time.monotonic() + _SLACK
-    due = [f for f in _frames if (f.step_at is not None and f.step_at <= now) or (f.run_at is not None and f.run_at <= now)]
+    due = [(at, f) for f in _frames for at in (f.step_at, f.run_at) if at is not None and at <= now]
     if due:
-        first = min(due, key=lambda f: min(t for t in (f.step_at, f.run_at) if t is not None))
-        if first.step_at is not None and first.step_at <= now and (first.run_at is None or first.step_at <= first.run_at):
+        at, first = min(due, key=lambda pair: pair[0])
+        if at == first.step_at:  # the step's own deadline (it wins a tie with the run's)
             raise StepTimeout(f"Step {first.key!r} ran past its timeout "
                               f"(deadline {first.step_when:%Y-%m-%d %H:%M:%S.%f} UTC).")
         raise RunTimedOut()
     inner = _frames[-1]
-    if inner.cancellable and getattr(inner.claim, "cancel_due", False) and not inner.claim.cancel_raised:
+    if inner.cancellable and inner.claim.cancel_sent_at is not None and not inner.claim.cancel_raised:
         inner.claim.cancel_raised = True
         raise Cancelled(f"The run was cancelled while step {inner.key!r} ran; the step was interrupted.")
     _arm()  # woken early (a cancel for a step that may not be interrupted): wait for the deadlines
@@ -93,8 +98,7 @@ def _arm() -> None:
 class Alarm:
     """The alarm of one session (an advance or a branch): `alarm(deadline, key)` covers a step's code.
 
-    The session gives the run's deadline (`deadline`), its claim, and `remaining(when)`: the
-    seconds until `when` on the database's clock, never short.
+    The session gives the run's deadline (`deadline`) and its claim.
     """
 
     def __init__(self, session):
@@ -105,8 +109,8 @@ class Alarm:
         claim = self.session.claim
         run_deadline = self.session.deadline
         now = time.monotonic()
-        step_at = now + max(self.session.remaining(deadline), 0.001) if deadline is not None else None
-        run_at = now + max(self.session.remaining(run_deadline), 0.001) if run_deadline is not None else None
+        step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
+        run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
         ends = [t for t in (step_at, run_at) if t is not None]
         outer_deadline, outer_active = claim.step_deadline, claim.step_active
         claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []), default=None)

@@ -30,9 +30,6 @@ class BranchSession:
     def now(self) -> dt.datetime:
         return self.claim.db_now()
 
-    def remaining(self, when) -> float:
-        return (when - self.claim.db_earliest()).total_seconds()
-
 
 def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
     """Run the branch of `claim` once (an attempt), and record what came of it; return that."""
@@ -119,12 +116,12 @@ def _load(claim):
 
 def _missing_function(claim, spec, policy, then) -> str:
     """This worker does not have the branch's function: leave it for one that has, or fail it after the grace."""
-    what = f"branch function {claim.function.replace(':', '.')!r}"
-    outcome = workpool.defer_missing(claim, what)
+    name = claim.function.replace(":", ".")
+    outcome = workpool.defer_missing(claim, f"branch function {name!r}")
     if outcome != "expired":
         return outcome
     exc = NonRetryableError(
-        f"The branch's function {claim.function.replace(':', '.')!r} is not loaded in any worker that claimed "
+        f"The branch's function {name!r} is not loaded in any worker that claimed "
         f"it in {conf.get('MISSING_CODE_GRACE_SECONDS'):g} s (DURABLE_MISSING_CODE_GRACE_SECONDS); define it "
         f"in a module that your workflows.py imports."
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import registry, serialization
 from ..exceptions import ChildFailed, StepFailed
-from ..interrupts import CancelRequested, CompensationFailed, Suspend
+from ..interrupts import CompensationFailed, Suspend
 from ..retry import RetryPolicy
 
 
@@ -222,11 +222,6 @@ class Composition:
         error = serialization.encode(failure)
         self._record(key, entry.name, "failed", None, error, now, 1, kind="child")
         raise ChildFailed(child_id, failure)
-
-    def _stop_if_cancelled(self) -> None:
-        """A run asked to cancel does not start waiting again (for branches or a child)."""
-        if self._session.claim.cancel_requested and not self._session.rolling_back:
-            raise CancelRequested()
 
     # -- compensation -------------------------------------------------------------------------
 

@@ -100,11 +100,11 @@ class Context(Waits, Composition):
             if faults.active:
                 faults.hit("before_step_call", key)
             # The alarm covers the step's own code only, never the engine's checkpoint write.
-            covered = lambda: self._covered(deadline, key, attempt, cancellable)  # noqa: E731
+            covered = self._covered(deadline, key, attempt, cancellable)
             try:
                 if atomic:
                     return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind, covered)
-                with covered():
+                with covered:
                     value = fn(*args, **kwargs)
             except _StepRaised as raised:
                 exc = raised.__cause__
@@ -138,7 +138,7 @@ class Context(Waits, Composition):
     def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):
         with transaction.atomic(using=self._session.db):
             try:
-                with covered():
+                with covered:
                     value = fn(*args, **kwargs)
                 if faults.active:
                     faults.hit("after_step_return", key)
@@ -188,6 +188,11 @@ class Context(Waits, Composition):
         return serialization.encode(
             value, what=f"result of step {key!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
         )
+
+    def _stop_if_cancelled(self) -> None:
+        """A run asked to cancel does not start waiting again (for a timer, a message, branches, a child)."""
+        if self._session.claim.cancel_requested and not self._session.rolling_back:
+            raise CancelRequested()
 
     def _claim_key(self, key: str) -> None:
         _check_key(key)

@@ -96,10 +96,6 @@ class Session:
         """True only if `when` has surely passed on the database's clock."""
         return self.claim.db_passed(when)
 
-    def remaining(self, when) -> float:
-        """Seconds until `when` on the database's clock, at least (never short)."""
-        return (when - self.claim.db_earliest()).total_seconds()
-
     def before_step(self, key: str, running: workpool.StepRecord | None = None) -> None:
         """Make the journal durable before a step starts (with its `running` entry, if any).
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from .. import clock, serialization
 from ..exceptions import SignalTimeout
-from ..interrupts import CancelRequested, Suspend
+from ..interrupts import Suspend
 
 
 class Waits:
@@ -101,8 +101,7 @@ class Waits:
             error = serialization.dumps_error(exc)
             self._record(key, name, "failed", None, error, now, 1, kind=kind, deadline=deadline)
             raise exc
-        if self._session.claim.cancel_requested and not self._session.rolling_back:
-            raise CancelRequested()  # a run asked to cancel does not start waiting again
+        self._stop_if_cancelled()
         timers = []
         if entry is None:
             self._record(key, name, "waiting", None, None, now, 1, kind=kind, deadline=deadline, match=match)

@@ -41,7 +41,7 @@ def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> Workf
     db = conf.get("DATABASE")
     error = serialization.dumps_error(Cancelled(reason or "The run was cancelled."))
     with transaction.atomic(using=db):
-        cancelling.lock_descendants(pk, db)
+        descendants = cancelling.lock_descendants(pk, db)
         run = lock_run(pk, db)
         if run.status == Status.CANCELLED:
             return run
@@ -49,7 +49,7 @@ def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> Workf
             raise RunFinished(pk, run.status)
         audit.record(pk, EventType.CANCELLED, by=by, message=reason or "", db=db)
         cancelling.cancel_run(run, error, db, wake_parent=True)
-        cancelling.cancel_children(pk, why=f"Its parent run {pk} was cancelled.", db=db)
+        cancelling.cancel_descendants(descendants, why=f"Its parent run {pk} was cancelled.", db=db)
     run.refresh_from_db()
     return run
 
@@ -66,13 +66,13 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
     db = conf.get("DATABASE")
     error = serialization.dumps_error(ForcedFailure(reason or "An operator forced the run to fail."))
     with transaction.atomic(using=db):
-        cancelling.lock_descendants(pk, db)
+        descendants = cancelling.lock_descendants(pk, db)
         run = lock_unfinished(pk, db)
         audit.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
         _take_item(pk, db, WorkItem.Status.COMPLETED)
         cancelling.cancel_branches(pk, db)
         cancelling.end_run(run, Status.FAILED, error, db, wake_parent=True)
-        cancelling.cancel_children(pk, why=f"Its parent run {pk} was forced to fail.", db=db)
+        cancelling.cancel_descendants(descendants, why=f"Its parent run {pk} was forced to fail.", db=db)
     run.refresh_from_db()
     return run
 

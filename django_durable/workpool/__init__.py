@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import connections, transaction
-from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
+from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import clock, conf, faults, serialization
@@ -76,9 +76,8 @@ class Claim:
     # and whether a cancel may interrupt it (None: no step is running).
     step_deadline: float | None = None
     step_active: bool | None = None
-    cancel_seen_at: float | None = None  # time.monotonic() when this worker learnt of a cancel
-    cancel_due: bool = False  # the cancel's grace is over: the step is interrupted
-    cancel_sent_at: float | None = None
+    cancel_seen_at: float | None = None  # time.monotonic() when this worker learnt of a cancel...
+    cancel_sent_at: float | None = None  # ...and when, its grace over, it interrupted the step
     cancel_raised: bool = False
     # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
     next_claim: Claim | None = field(default=None, repr=False)
@@ -109,6 +108,10 @@ class Claim:
     def db_passed(self, when: dt.datetime) -> bool:
         """True only if `when` has surely passed on the database's clock (never early)."""
         return when <= self.db_earliest()
+
+    def db_seconds_until(self, when: dt.datetime) -> float:
+        """Seconds until `when` on the database's clock, at least (never short)."""
+        return (when - self.db_earliest()).total_seconds()
 
     def alive(self) -> bool:
         """Return True while the lease surely holds; a False is final."""
@@ -212,10 +215,11 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     # nothing would wait for them any more. Rare, so no chained claim: a claim made inside a
     # transaction that then fails to commit would not exist.
     with transaction.atomic(using=claim.db):
-        cancelling.lock_descendants(claim.run_id, claim.db)
+        descendants = cancelling.lock_descendants(claim.run_id, claim.db)
         final = _ending(claim, None, end)
         if final is not None:
-            cancelling.cancel_children(claim.run_id, why=f"Its parent run {claim.run_id} ended {final}.", db=claim.db)
+            cancelling.cancel_descendants(descendants, why=f"Its parent run {claim.run_id} ended {final}.",
+                                          db=claim.db)
     return final
 
 
@@ -339,23 +343,25 @@ def defer_missing(claim: Claim, what: str) -> str:
     DURABLE_MISSING_CODE_GRACE_SECONDS, so the caller fails it; or "lost".
     """
     grace = float(conf.get("MISSING_CODE_GRACE_SECONDS"))
+    if grace <= 0:
+        return "expired"  # the caller's fenced failure finds out if the claim is lost
     delay = dt.timedelta(seconds=max(0.05, min(5.0, grace / 4)))
     now = clock.db_now()
+    since = ExpressionWrapper(now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())
     with transaction.atomic(using=claim.db):
-        held = claim.fence().select_for_update(no_key=True).values_list("missing_since", flat=True)
-        if not held.exists():
-            claim.lost = True
-            return "lost"
-        if grace <= 0 or claim.fence().filter(missing_since__lte=ExpressionWrapper(
-                now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())).exists():
-            return "expired"
-        claim.fence().update(
+        # Within the grace (or the first miss, with no stamp yet): hand it back.
+        handed_back = claim.fence().exclude(missing_since__lte=since).update(
             status=Status.PENDING, claim_token=None, claimed_by="", claim_expires_at=None,
             attempts=F("attempts") - 1, wake=False,
             available_at=ExpressionWrapper(now + Value(delay), output_field=DateTimeField()),
             missing_since=Coalesce(F("missing_since"), now),
             last_error=f"Worker {claim.worker} does not have {what}; left for a worker that has it."[:2000],
         )
+        if not handed_back:
+            if claim.fence().exists():
+                return "expired"
+            claim.lost = True
+            return "lost"
         if claim.kind == WorkItem.Kind.ADVANCE:
             WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=RunStatus.RUNNING).update(
                 status=RunStatus.PENDING, waiting_on=f"a worker that has {what}"[:500], updated_at=now,
@@ -519,7 +525,8 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
             waiting_on="",
         )
         if failed:
-            cancelling.cancel_children(run_id, why=f"Its parent run {run_id} failed: its worker was lost.", db=db)
+            cancelling.cancel_descendants(cancelling.lock_descendants(run_id, db),
+                                          why=f"Its parent run {run_id} failed: its worker was lost.", db=db)
     logger.error("Run %s failed: %s", run_id, message)
 
 
@@ -528,8 +535,6 @@ def pending_work(*, queues: list[str] | None, db: str) -> bool:
 
     A burst worker keeps going while this holds.
     """
-    from django.db.models import Q
-
     items = WorkItem.objects.using(db).filter(
         Q(status=Status.PENDING, available_at__lte=clock.db_now()) | Q(status=Status.PROCESSING)
     )
@@ -539,8 +544,9 @@ def pending_work(*, queues: list[str] | None, db: str) -> bool:
     # One statement, so one snapshot: asked one after the other, a claim that expires (processing
     # to pending) or a timer that fires (timer fired, item pending) between two questions would
     # be seen by neither, and a burst worker would leave that work behind.
-    parts = [qs.values("id")[:1].query.get_compiler(using=db).as_sql() for qs in (items, due)]
+    (items_sql, items_params), (due_sql, due_params) = (
+        qs.values("id")[:1].query.get_compiler(using=db).as_sql() for qs in (items, due)
+    )
     with connections[db].cursor() as cursor:
-        cursor.execute(" OR ".join(f"EXISTS({sql})" for sql, _ in parts).join(("SELECT ", "")),
-                       [param for _, params in parts for param in params])
+        cursor.execute(f"SELECT EXISTS({items_sql}) OR EXISTS({due_sql})", [*items_params, *due_params])
         return bool(cursor.fetchone()[0])

@@ -52,29 +52,26 @@ def descendants(pk, db: str) -> list[uuid.UUID]:
     return [child for generation in reversed(generations) for child in generation]
 
 
-def lock_descendants(pk, db: str) -> list[uuid.UUID]:
-    """Lock the unfinished, attached descendants of `pk`, deepest first; return their ids."""
-    found = descendants(pk, db)
-    for child in found:
-        lock_run(child, db)
-    return found
+def lock_descendants(pk, db: str) -> list[WorkflowRun]:
+    """Lock the unfinished, attached descendants of run `pk`, deepest first; return them.
+
+    Call before locking `pk` itself (see the lock order above), in the transaction that will
+    end or cancel it, and hand the result to cancel_descendants().
+    """
+    return [run for run in (lock_run(child, db) for child in descendants(pk, db)) if run is not None]
 
 
-def cancel_children(pk, *, why: str, db: str) -> int:
-    """Cancel the unfinished children of run `pk` not started detached, recursively; return how many.
+def cancel_descendants(runs: list[WorkflowRun], *, why: str, db: str) -> int:
+    """Cancel the locked descendants that lock_descendants() returned; return how many.
 
-    Call inside the transaction that ends (or cancels) `pk`, after lock_descendants(). Each
-    child is cancelled as durable.cancel() would: at once if no worker holds it, else at its
+    Each is cancelled as durable.cancel() would: at once if no worker holds it, else at its
     worker's next checkpoint (its step is interrupted after DURABLE_CANCEL_GRACE_SECONDS).
     """
     error = serialization.dumps_error(Cancelled(why))
-    count = 0
-    for child in descendants(pk, db):
-        run = lock_run(child, db)
-        if run is not None and run.status not in WorkflowRun.TERMINAL:
-            cancel_run(run, error, db)
-            count += 1
-    return count
+    unfinished = [run for run in runs if run.status not in WorkflowRun.TERMINAL]  # locked: it stays so
+    for run in unfinished:
+        cancel_run(run, error, db)
+    return len(unfinished)
 
 
 def cancel_run(run: WorkflowRun, error: str, db: str, *, wake_parent: bool = False) -> bool:
