@@ -15,6 +15,17 @@ class NotSerializable(DurableError, TypeError):
     """A value cannot be stored: it is not JSON with the supported extra types."""
 
 
+class InvalidArguments(DurableError, TypeError):
+    """A run was started with arguments its workflow function does not take (nothing was stored).
+
+    `argument` names the first keyword argument it does not take, when that is the problem.
+    """
+
+    def __init__(self, message: str, argument: str | None = None):
+        super().__init__(message)
+        self.argument = argument
+
+
 class PayloadTooLarge(DurableError, ValueError):
     """An encoded payload is larger than DURABLE_MAX_PAYLOAD_BYTES."""
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .exceptions import WorkflowNotFound
+from .exceptions import InvalidArguments, WorkflowNotFound
 from .retry import RetryPolicy
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
@@ -35,6 +37,39 @@ class WorkflowDefinition:
     @property
     def qualified_name(self) -> str:
         return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+    @cached_property
+    def _signature(self) -> inspect.Signature | None:
+        try:
+            return inspect.signature(self.fn)
+        except (TypeError, ValueError):  # a callable without one: nothing to check against
+            return None
+
+    def check_arguments(self, args, kwargs: dict) -> None:
+        """Raise InvalidArguments unless the function takes (ctx, *args, **kwargs).
+
+        Called before a run is stored, so a misspelt keyword is refused at once instead of
+        failing the run later on a worker.
+        """
+        signature = self._signature
+        if signature is None:
+            return
+        try:
+            signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            parameters = list(signature.parameters.values())[1:]
+            takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+            named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            unknown = [] if takes_any else [key for key in kwargs if key not in named]
+            accepted = ", ".join(named) or "none"
+            if unknown:
+                raise InvalidArguments(
+                    f"Workflow {self.name!r} takes no argument named {unknown[0]!r} (its arguments: {accepted}).",
+                    argument=unknown[0],
+                ) from None
+            raise InvalidArguments(
+                f"Workflow {self.name!r} cannot be started with these arguments: {exc} (its arguments: {accepted})."
+            ) from None
 
 
 def workflow(

@@ -193,7 +193,7 @@ def test_start_refuses_unknown_workflows_and_bad_input_without_writing():
     with pytest.raises(durable.WorkflowNotFound, match="'os.system'"):
         durable.start("os.system", "rm -rf /")
     with pytest.raises(durable.NotSerializable, match=r"input\['kwargs'\]\['when'\] is of type builtins.set"):
-        durable.start("tests.three_steps", when={1})
+        durable.start("tests.echo", when={1})
     with pytest.raises(durable.WorkflowNotFound):
         durable.start(lambda ctx: None)
     assert WorkflowRun.objects.count() == 0

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import registry, serialization, services
-from ..exceptions import DurableError
+from ..exceptions import DurableError, InvalidArguments
 from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
@@ -487,6 +487,8 @@ class WorkflowRunAdmin(DurableAdmin):
                     idempotency_key=data["idempotency_key"] or None, delay=data["delay"],
                     by=request.user.get_username(),
                 )
+            except InvalidArguments as exc:
+                form.add_error("kwargs" if exc.argument else None, str(exc))
             except (DurableError, ValueError, TypeError) as exc:
                 form.add_error(None, str(exc))
             else:

@@ -17,6 +17,7 @@ from rest_framework.views import exception_handler
 from .. import conf
 from ..exceptions import (
     InvalidTransition,
+    InvalidArguments,
     NotSerializable,
     PayloadTooLarge,
     RunFinished,
@@ -27,7 +28,7 @@ from ..exceptions import (
 logger = logging.getLogger("django_durable.api")
 
 # The error codes a client can rely on; field errors carry "invalid" unless one of FIELD_CODES.
-FIELD_CODES = {"unknown_workflow", "invalid_payload"}
+FIELD_CODES = {"unknown_workflow", "invalid_payload", "invalid_arguments", "unknown_field"}
 
 
 class Conflict(exceptions.APIException):
@@ -89,6 +90,9 @@ def translate(exc: Exception) -> Exception:
         return exceptions.NotFound("Not found.", code="not_found")
     if isinstance(exc, PayloadTooLarge):
         return TooLarge(str(exc))
+    if isinstance(exc, InvalidArguments):
+        field = f"kwargs.{exc.argument}" if exc.argument else "kwargs"
+        return exceptions.ValidationError({field: [str(exc)]}, code="invalid_arguments")
     if isinstance(exc, NotSerializable):
         return exceptions.ValidationError({"payload": [str(exc)]}, code="invalid_payload")
     return exc

@@ -3,6 +3,8 @@ without the view_payload permission."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -109,7 +111,26 @@ class RunSerializer(RunSummarySerializer):
         return StepSerializer(rows, many=True).data
 
 
-class StartSerializer(serializers.Serializer):
+class StrictSerializer(serializers.Serializer):
+    """A request body: a JSON object whose keys are all known. A misspelt or misplaced key (a
+    signal's value sent without its "payload" envelope) is refused, never silently dropped."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = [key for key in data if key not in self.fields]
+            if unknown:
+                known = ", ".join(self.fields)
+                raise serializers.ValidationError(
+                    {str(key)[:100]: [serializers.ErrorDetail(
+                        f"Unknown field. This body takes: {known}.{self.hint}", code="unknown_field")]
+                     for key in unknown[:20]}
+                )
+        return super().to_internal_value(data)
+
+    hint = ""
+
+
+class StartSerializer(StrictSerializer):
     workflow = serializers.CharField(max_length=200, help_text="A registered workflow name.")
     args = serializers.ListField(child=serializers.JSONField(allow_null=True), required=False, default=list)
     kwargs = serializers.DictField(child=serializers.JSONField(allow_null=True), required=False, default=dict)
@@ -131,7 +152,9 @@ class StartSerializer(serializers.Serializer):
         return data
 
 
-class SignalSerializer(serializers.Serializer):
+class SignalSerializer(StrictSerializer):
+    hint = ' Send the value under "payload": {"payload": {"approved": false}}.'
+
     payload = serializers.JSONField(required=False, allow_null=True, default=None)
     idempotency_key = serializers.CharField(max_length=255, required=False, allow_null=True)
 
@@ -143,7 +166,9 @@ class SignalSentSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class EventSerializer(serializers.Serializer):
+class EventSerializer(StrictSerializer):
+    hint = ' Send the value under "payload": {"payload": {"order": 42}}.'
+
     payload = serializers.JSONField(required=False, allow_null=True, default=None)
 
 

@@ -14,7 +14,7 @@ from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
@@ -42,7 +42,7 @@ from .serializers import (
 
 UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 ERRORS = {code: OpenApiResponse(ErrorBodySerializer, description=text) for code, text in {
-    400: "invalid input (error.code: invalid, invalid_json, unknown_workflow, invalid_payload)",
+    400: "invalid input (error.code: invalid, invalid_json, unknown_field, unknown_workflow, invalid_arguments, invalid_payload)",
     401: "not authenticated", 403: "not permitted", 404: "no such run, or one this user may not see",
     409: "the run's state refuses it (run_finished, invalid_transition)", 413: "payload too large",
     429: "throttled",
@@ -199,7 +199,10 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(RunSummarySerializer(page, many=True).data)
 
-    @document(request=StartSerializer, responses={201: RunSerializer, 200: RunSerializer, **errors_for(400, 413, 429)})
+    @document(request=StartSerializer, examples=[OpenApiExample(
+        "start", request_only=True,
+        value={"workflow": "orders.fulfil", "kwargs": {"order_id": 42}, "idempotency_key": "order-42"})],
+        responses={201: RunSerializer, 200: RunSerializer, **errors_for(400, 413, 429)})
     def create(self, request):
         """Start a run. With an idempotency key already used for this workflow: 200 and the first run."""
         data = _valid(StartSerializer, request)
@@ -226,7 +229,10 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         reason = (request.query_params.get("reason") or "")[:500] or None
         return self.represent(services.cancel(run.pk, reason, by=self.by()), status.HTTP_202_ACCEPTED)
 
-    @document(request=SignalSerializer, responses={202: SignalSentSerializer, **errors_for(400, 404, 409, 413, 429)})
+    @document(request=SignalSerializer, examples=[OpenApiExample(
+        "signal", request_only=True, description="The signal's value goes under payload; other keys are refused.",
+        value={"payload": {"approved": False, "by": "alice"}, "idempotency_key": "approval-7"})],
+        responses={202: SignalSentSerializer, **errors_for(400, 404, 409, 413, 429)})
     @action(detail=True, methods=["post"], url_path=r"signals/(?P<name>[^/]{1,200})")
     def signal(self, request, pk=None, name=None):
         """Send the signal `name` (for ctx.wait_for_signal) with a JSON payload."""
@@ -272,7 +278,10 @@ class EventView(DurableView, APIView):
     required_permissions = {"emit": "signal_workflowrun"}
     throttle_scopes = {"emit": "signal"}
 
-    @document(request=EventSerializer, responses={202: EventSentSerializer, **errors_for(400, 413, 429)})
+    @document(request=EventSerializer, examples=[OpenApiExample(
+        "event", request_only=True, description="The event's value goes under payload; other keys are refused.",
+        value={"payload": {"order_id": 42}})],
+        responses={202: EventSentSerializer, **errors_for(400, 413, 429)})
     def post(self, request, name):
         """Emit the event `name`: every run now waiting for it whose match fits takes it."""
         data = _valid(EventSerializer, request)

@@ -95,6 +95,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     derived from its parent, so starting it again changes nothing. A run with `run_at` waits
     for a timer to start it.
     """
+    definition.check_arguments(args, kwargs)
     text = serialization.encode(
         {"args": list(args), "kwargs": kwargs}, what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
     )

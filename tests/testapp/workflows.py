@@ -56,6 +56,12 @@ def three_steps(ctx, x=1):
     return [a, b, c]
 
 
+@durable.workflow("tests.echo")
+def echo(ctx, *args, **kwargs):
+    """Takes anything: returns what it was given."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
 @durable.workflow("tests.five_steps")
 def five_steps(ctx):
     return [ctx.step(f"s{i}", mark, ctx.run_id, f"s{i}", i) for i in range(5)]

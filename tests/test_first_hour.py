@@ -1,0 +1,92 @@
+"""What a new user and an operator meet first (issue 12): bad input refused, values shown in one
+convention, the evidence of earlier attempts kept, and workers that say what happens."""
+
+import io
+import json
+import logging
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from rest_framework.test import APIClient
+
+import django_durable as durable
+from django_durable.models import WorkflowRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+API = "/api/durable/"
+RUNS = "/admin/django_durable/workflowrun/"
+
+
+@pytest.fixture
+def api(admin_user):
+    cache.clear()  # throttles
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    yield client
+    cache.clear()
+
+
+def fields(response) -> dict:
+    return response.json()["error"]["fields"]
+
+
+# -- 1. bad input is refused, never silently changed -------------------------------------------------
+
+
+def test_a_signal_body_without_its_envelope_is_refused_and_nothing_is_delivered(api):
+    run = durable.start("tests.approval")
+    bare = api.post(f"{API}workflows/{run.pk}/signals/approved/", {"approved": False}, format="json")
+    assert bare.status_code == 400, bare.content
+    assert bare.json()["error"]["code"] == "unknown_field"
+    assert "payload" in fields(bare)["approved"][0]
+    assert not run.signals.exists()
+    mixed = api.post(f"{API}workflows/{run.pk}/signals/approved/",
+                     {"payload": 1, "idempotency_key": "k", "idempotencykey": "k"}, format="json")
+    assert mixed.status_code == 400 and list(fields(mixed)) == ["idempotencykey"]
+    sent = api.post(f"{API}workflows/{run.pk}/signals/approved/", {"payload": {"approved": False}}, format="json")
+    assert sent.status_code == 202
+    assert json.loads(run.signals.get().payload) == {"approved": False}
+
+
+def test_unknown_keys_in_every_request_body_are_named(api):
+    start = api.post(f"{API}workflows/", {"workflow": "tests.three_steps", "kwarg": {"x": 1}}, format="json")
+    assert start.status_code == 400 and list(fields(start)) == ["kwarg"]
+    event = api.post(f"{API}events/payment.settled/", {"order": 7}, format="json")
+    assert event.status_code == 400 and list(fields(event)) == ["order"]
+    assert not WorkflowRun.objects.exists()
+
+
+def test_the_schema_shows_the_signal_envelope_with_an_example(api):
+    schema = api.get(f"{API}schema/?format=json").json()
+    operation = schema["paths"]["/workflows/{id}/signals/{name}/"]["post"]
+    examples = operation["requestBody"]["content"]["application/json"]["examples"]
+    assert any(example["value"].get("payload") == {"approved": False, "by": "alice"} for example in examples.values())
+
+
+def test_arguments_the_workflow_does_not_take_are_refused_everywhere_before_anything_is_stored(api, admin_client):
+    with pytest.raises(durable.InvalidArguments, match="no argument named 'y'.*its arguments: x"):
+        durable.start("tests.three_steps", y=2)
+    with pytest.raises(durable.InvalidArguments, match="missing a required argument: 'seconds'"):
+        durable.start("tests.sleeper")
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        durable.start("tests.three_steps", 1, 2)
+
+    rest = api.post(f"{API}workflows/", {"workflow": "tests.three_steps", "kwargs": {"y": 2}}, format="json")
+    assert rest.status_code == 400 and rest.json()["error"]["code"] == "invalid_arguments"
+    assert "'y'" in fields(rest)["kwargs.y"][0]
+
+    page = admin_client.post(f"{RUNS}start/", {"workflow": "tests.three_steps", "args": "[]",
+                                               "kwargs": '{"y": 2}', "apply": "Start"})
+    assert page.status_code == 200 and b"takes no argument named" in page.content
+
+    with pytest.raises(CommandError, match="no argument named 'y'") as cli:
+        call_command("durable", "start", "tests.three_steps", "--kwargs", '{"y": 2}', stdout=io.StringIO())
+    assert cli.value.returncode == 2
+    assert not WorkflowRun.objects.exists()
+    # What the function takes is still taken, **kwargs included.
+    assert durable.start("tests.three_steps", x=2).pk
