@@ -50,9 +50,12 @@ def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = N
 
     Idempotent and safe when many processes call it at once (at boot, say): the slug is
     unique. A changed cron, interval or time zone moves the next fire time; `enabled=False`
-    pauses it, `enabled=None` keeps an existing schedule active or paused as it is. Raise ScheduleError naming the bad value, WorkflowNotFound for an unknown workflow.
+    pauses it, `enabled=None` keeps an existing schedule active or paused as it is. Raise
+    ScheduleError naming the bad value, WorkflowNotFound for an unknown workflow, InvalidArguments
+    for arguments the workflow does not take.
     """
     definition = _validated(slug, workflow, cron, interval, timezone, overlap, catch_up, queue)
+    definition.check_arguments([*args], kwargs or {})  # each fire time would fail on them otherwise
     fields = {
         "workflow": definition.name,
         "args": serialization.encode([*args], what=f"args of schedule {slug!r}"),

@@ -14,6 +14,8 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from django.utils.duration import duration_iso_string
+
 from .exceptions import NotSerializable, PayloadTooLarge
 
 TAG = "__durable__"
@@ -51,6 +53,42 @@ def decode(text: str | None) -> Any:
     if text is None:
         return None
     return json.loads(text, object_hook=_from_tagged)
+
+
+def display(text: str | None) -> Any:
+    """The value encoded in `text` as plain JSON for people and clients (None for None).
+
+    One convention on every surface (the API, the admin, the command line): Decimal, UUID,
+    datetime, date and time become strings (the Decimal keeps its digits: "42.00", never a
+    float), a timedelta becomes an ISO 8601 duration ("P0DT00H05M00S"). The stored
+    ``{"__durable__": ...}`` form never shows.
+    """
+    if text is None:
+        return None
+    return json.loads(text, object_hook=_displayed)
+
+
+def display_text(text: str | None, *, indent: int | None = None) -> str:
+    """display() as JSON text; stored text that is not JSON is returned as it is."""
+    if text is None:
+        return ""
+    try:
+        return dumps(display(text), indent=indent)
+    except ValueError:
+        return text
+
+
+def _displayed(obj: dict) -> Any:
+    tag = obj.get(TAG)
+    if tag is None or len(obj) != 2 or "v" not in obj:
+        return obj
+    if tag == "dict":
+        return {k: item for k, item in obj["v"]}
+    if tag == "timedelta":
+        return duration_iso_string(_DECODERS["timedelta"](obj["v"]))
+    if tag in _DECODERS:
+        return obj["v"]  # already the string a person reads
+    raise ValueError(f"Unknown stored type tag {tag!r}.")
 
 
 def _to_json(value: Any, where: str, depth: int) -> Any:

@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 import django_durable as durable
+from django_durable.testing import drain
 from django_durable.models import WorkflowRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,3 +91,44 @@ def test_arguments_the_workflow_does_not_take_are_refused_everywhere_before_anyt
     assert not WorkflowRun.objects.exists()
     # What the function takes is still taken, **kwargs included.
     assert durable.start("tests.three_steps", x=2).pk
+
+
+# -- 2. money stays money ----------------------------------------------------------------------------
+
+SHOWN = {"total": "42.00", "order": "6a3b2c1d-0000-4000-8000-0000000000aa", "at": "2026-11-23T12:00:00+00:00",
+         "took": "P0DT00H05M00S", "when": "2026-11-23"}
+
+
+def test_every_surface_shows_decimal_uuid_and_times_as_strings_never_the_stored_form(api, admin_client):
+    run = durable.start("tests.money")
+    drain()
+    run.refresh_from_db()
+    assert run.get_result()["total"] == Decimal("42.00")  # Python keeps the types
+    assert api.get(f"{API}workflows/{run.pk}/").json()["result"] == SHOWN
+    journal = api.get(f"{API}workflows/{run.pk}/?include=steps").json()["journal"]
+    assert journal[0]["result"] == "42.00"
+
+    out = io.StringIO()
+    call_command("durable", "status", str(run.pk), stdout=out)
+    assert '"total":"42.00"' in out.getvalue()
+    as_json = io.StringIO()
+    call_command("durable", "status", str(run.pk), "--json", stdout=as_json)
+    assert json.loads(as_json.getvalue())["result"] == SHOWN
+
+    page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+    assert "42.00" in page and "P0DT00H05M00S" in page
+    home = admin_client.get("/").content.decode()
+    assert "42.00" in home
+    for text in (out.getvalue(), as_json.getvalue(), page, home):
+        assert "__durable__" not in text
+
+
+def test_the_command_line_takes_the_short_id_the_admin_shows(admin_client):
+    run = durable.start("tests.three_steps")
+    assert run.short_id in admin_client.get(RUNS).content.decode()
+    assert run.short_id in admin_client.get("/").content.decode()
+    out = io.StringIO()
+    call_command("durable", "status", run.short_id, stdout=out)
+    assert out.getvalue().startswith(f"{run.pk} tests.three_steps")
+    with pytest.raises(CommandError, match="No workflow run has an id ending in 'ffffffffff'"):
+        call_command("durable", "status", "ffffffffff", stdout=io.StringIO())

@@ -23,13 +23,11 @@ def short_id(pk) -> str:
 
 
 def pretty_json(text: str | None, *, limit: int | None = TRUNCATE_CHARS) -> tuple[str, bool]:
-    """(pretty JSON text, whether it was cut). Stored text that is not JSON is shown as it is."""
+    """(pretty JSON text, whether it was cut), in serialization.display()'s convention (a
+    Decimal is "42.00", never the stored tag). Stored text that is not JSON is shown as it is."""
     if text is None:
         return "", False
-    try:
-        pretty = serialization.dumps(json.loads(text), indent=2)
-    except ValueError:
-        pretty = text
+    pretty = serialization.display_text(text, indent=2)
     if limit is not None and len(pretty) > limit:
         return pretty[:limit], True
     return pretty, False

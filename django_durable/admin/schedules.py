@@ -3,7 +3,6 @@ fire times; pause, resume and run now. Schedules declared in code are changed in
 
 from __future__ import annotations
 
-import json
 from zoneinfo import available_timezones
 
 from django import forms
@@ -157,11 +156,11 @@ class ScheduleAdmin(DurableAdmin):
 
     @admin.display(description="arguments")
     def show_args(self, schedule):
-        return json.dumps(serialization.decode(schedule.args))
+        return serialization.display_text(schedule.args)
 
     @admin.display(description="keyword arguments")
     def show_kwargs(self, schedule):
-        return json.dumps(serialization.decode(schedule.kwargs))
+        return serialization.display_text(schedule.kwargs)
 
     @admin.action(description="Pause selected schedules", permissions=["pause"])
     def pause(self, request, queryset):

@@ -80,11 +80,11 @@ class RunSerializer(RunSummarySerializer):
 
     @extend_schema_field({"type": "object", "nullable": True, "description": "args and kwargs; null unless payloads are visible"})
     def get_input(self, run):
-        return serialization.decode(run.input) if self._payloads() else None
+        return serialization.display(run.input) if self._payloads() else None
 
     @extend_schema_field({"nullable": True, "description": "what the workflow returned; null unless completed and payloads are visible"})
     def get_result(self, run):
-        return serialization.decode(run.result) if self._payloads() and run.result is not None else None
+        return serialization.display(run.result) if self._payloads() else None
 
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, run):
@@ -105,7 +105,7 @@ class RunSerializer(RunSummarySerializer):
             rows.append({
                 "key": step.key, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
                 "attempts": step.attempts, "started_at": step.started_at, "finished_at": step.finished_at,
-                "result": serialization.decode(step.result) if payloads and step.result is not None else None,
+                "result": serialization.display(step.result) if payloads else None,
                 "error": serialization.error_parts(step.error, limit=ERROR_MESSAGE_CHARS) if payloads else None,
             })
         return StepSerializer(rows, many=True).data

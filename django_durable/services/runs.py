@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -215,6 +216,25 @@ def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | Non
     """Start a run (as start()) and return its result (as wait())."""
     run = start(workflow, *args, **kwargs)
     return wait(run.pk, timeout=timeout)
+
+
+SHORT_ID = re.compile(r"^[0-9a-fA-F]{6,31}$")
+
+
+def resolve_run_id(text: str) -> uuid.UUID:
+    """A run's id from its whole UUID, or from its end as the admin shows it (the last 6 to 31
+    hex digits: a UUIDv7 starts with the clock, so its end tells runs apart). Raise
+    WorkflowNotFound if no run, or more than one, ends that way."""
+    if not SHORT_ID.match(text or ""):
+        return _run_pk(text)
+    ids = list(WorkflowRun.objects.using(conf.get("DATABASE")).filter(id__iendswith=text.lower())
+               .values_list("id", flat=True)[:2])
+    if len(ids) != 1:
+        raise WorkflowNotFound(
+            f"No workflow run has an id ending in {text!r}." if not ids else
+            f"More than one workflow run has an id ending in {text!r}; give more of it."
+        )
+    return ids[0]
 
 
 def _run_pk(run_id) -> uuid.UUID:

@@ -6,11 +6,15 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 import django_durable as durable
+from django_durable import serialization
 from django_durable.models import WorkflowRun
 
 
 def home(request):
-    runs = WorkflowRun.objects.all()[:20]
+    runs = list(WorkflowRun.objects.all()[:20])
+    for run in runs:  # values as people read them: a Decimal is "42.00", not its stored form
+        run.outcome = serialization.display_text(run.result) if run.result is not None else \
+            serialization.error_parts(run.error, limit=80)
     awaiting = WorkflowRun.objects.filter(workflow="orders.approve_refund", status="waiting")[:10]
     return render(request, "orders/home.html", {"runs": runs, "awaiting": awaiting})
 

@@ -1,7 +1,10 @@
 """Workflows the test suite runs, in-process and in real worker subprocesses."""
 
+import datetime as dt
 import os
 import time
+import uuid
+from decimal import Decimal
 
 import django_durable as durable
 
@@ -60,6 +63,19 @@ def three_steps(ctx, x=1):
 def echo(ctx, *args, **kwargs):
     """Takes anything: returns what it was given."""
     return {"args": list(args), "kwargs": kwargs}
+
+
+def price():
+    return Decimal("42.00")
+
+
+@durable.workflow("tests.money")
+def money(ctx):
+    """Values JSON has no type for, as a result and as a step's result."""
+    total = ctx.step("price", price)
+    return {"total": total, "order": uuid.UUID("6a3b2c1d-0000-4000-8000-0000000000aa"),
+            "at": dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc), "took": dt.timedelta(minutes=5),
+            "when": dt.date(2026, 11, 23)}
 
 
 @durable.workflow("tests.five_steps")

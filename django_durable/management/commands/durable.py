@@ -99,6 +99,8 @@ class Command(BaseCommand):
     def handle(self, *args, command, **options):
         self.by = f"cli:{_login()}"
         try:
+            if options.get("run_id") is not None:
+                options["run_id"] = services.resolve_run_id(options["run_id"])  # or the short id the admin shows
             return getattr(self, f"do_{command}")(**options)
         except (WorkflowNotFound, StepNotFound, Schedule.DoesNotExist) as exc:
             raise CommandError(str(exc) if isinstance(exc, DurableError) else "No such schedule.",
@@ -239,7 +241,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"{run.pk} {run.workflow}: {run.status}" + (f" ({run.waiting_on})" if run.waiting_on else ""))
         if run.status == WorkflowRun.Status.COMPLETED:
-            self.stdout.write(f"result: {serialization.encode(data['result'])}")
+            self.stdout.write(f"result: {serialization.dumps(data['result'])}")
         if data.get("error"):
             self.stdout.write(f"error: {data['error']['type']}: {data['error']['message']}")
         counts = ", ".join(f"{n} {status}" for status, n in data["step_counts"].items())
@@ -259,7 +261,7 @@ def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
         "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
     }
     if "result" not in run.get_deferred_fields():
-        data["result"] = run.get_result() if run.status == WorkflowRun.Status.COMPLETED else None
+        data["result"] = serialization.display(run.result) if run.status == WorkflowRun.Status.COMPLETED else None
         data["error"] = serialization.error_parts(run.error)
         data["step_counts"] = run.step_counts()
     if steps:
