@@ -8,9 +8,10 @@ import os
 import signal
 import time
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
-from .worker import EXIT_REPLACE, Worker
+from . import conf, workpool
+from .worker import EXIT_REPLACE, Worker, process_name
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -44,12 +45,14 @@ class Supervisor:
             if slot is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
+            if code not in (0, EXIT_REPLACE):
+                self._bury(pid, code)
             if self.signals_received or (self.worker_options.get("burst") and code == 0):
                 continue
             if code == EXIT_REPLACE:
                 logger.warning("Worker process %d asked to be replaced; starting a new one.", pid)
             else:
-                logger.error("Worker process %d exited with %d; starting a replacement.", pid, code)
+                logger.error("Worker process %d %s; starting a replacement.", pid, _ended(code))
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < 10] + [now]
             if len(restarts) > 5 * self.concurrency:
@@ -57,6 +60,22 @@ class Supervisor:
             if not self.signals_received:
                 self._spawn(slot)
         return 0
+
+    def _bury(self, pid: int, code: int) -> None:
+        """A child died without handing its work back: take its claims back now, not when their
+        leases run out, and show it stopped."""
+        name = process_name(self.worker_options.get("name"), pid)
+        try:
+            claims = workpool.release_worker(name, why=f"died: {_ended(code)}",
+                                             db=self.worker_options.get("db") or conf.get("DATABASE"))
+        except DatabaseError as exc:
+            logger.warning("Could not take back the claims of dead worker %s (%s); they return when their "
+                           "leases run out.", name, exc)
+        else:
+            if claims:
+                logger.warning("Took back %d claim(s) of dead worker %s.", claims, name)
+        finally:
+            connections.close_all()  # the next child must not inherit this connection
 
     def _spawn(self, slot: int) -> None:
         pid = os.fork()
@@ -68,7 +87,8 @@ class Supervisor:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
             _die_with_parent()
-            code = Worker(**self.worker_options, supervised=True).run()
+            options = dict(self.worker_options, name=process_name(self.worker_options.get("name"), os.getpid()))
+            code = Worker(**options, supervised=True).run()
         except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
             logger.exception("Worker process %d crashed.", os.getpid())
         finally:
@@ -82,6 +102,11 @@ class Supervisor:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
+
+
+def _ended(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() \
+        else f"exited with {code}"
 
 
 def _die_with_parent() -> None:

@@ -31,6 +31,11 @@ DB_ERRORS = (DatabaseError, InterfaceError, DatabaseUnavailable)
 EXIT_REPLACE = 75
 
 
+def process_name(base: str | None, pid: int) -> str:
+    """A worker process's name in claims, logs and the Workers page: `base` (or the host) and its pid."""
+    return f"{base or socket.gethostname()}:{pid}"
+
+
 class Worker:
     """One worker process: a main loop that runs one item at a time, and a maintenance thread.
 
@@ -42,7 +47,7 @@ class Worker:
         self.db = db or conf.get("DATABASE")
         self.queues = list(queues) if queues else None
         self.burst = burst
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.name = name or process_name(None, os.getpid())
         self.grace = float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
         self.supervised = supervised
         self.processed = 0

@@ -567,7 +567,8 @@ class Checker:
         exits = []
         for log in sorted(self.soak.workdir.glob("supervisor-*.log")):
             text = log.read_text(errors="replace")
-            exits += [(int(pid), code) for pid, code in re.findall(r"Worker process (\d+) exited with (-?\d+)", text)]
+            exits += [(int(pid), code or killed) for pid, code, killed in
+                      re.findall(r"Worker process (\d+) (?:exited with (-?\d+)|was killed by (SIG\w+))", text)]
             exits += [(int(pid), "replace") for pid in re.findall(r"Worker process (\d+) asked to be replaced", text)]
             exits += [(int(pid), "crash") for pid in re.findall(r"Worker process (\d+) crashed", text)]
         self.violations["no worker process exited except those killed"] += [

@@ -384,3 +384,34 @@ def test_a_worker_reports_itself_while_it_runs_and_when_it_stops(start_worker):
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
     assert Worker.objects.get().stopped_at is not None
+
+
+def test_a_killed_worker_process_is_shown_stopped_and_its_run_resumes_without_waiting_out_the_lease(
+        start_worker, tmp_path):
+    """Issue 12: the supervisor takes the dead child's claims back at once, fenced."""
+    import os
+
+    from django_durable.models import Worker
+
+    lease = 60.0
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 30, str(reached))
+    worker = start_worker(concurrency=2, burst=False, env={"DURABLE_LEASE_SECONDS": str(lease)})
+    wait_for(reached.exists, message="step b to start")
+    item = WorkItem.objects.get(run=run)
+    token, name = item.claim_token, item.claimed_by
+    pid = int(name.rpartition(":")[2])
+    assert pid in [int(p) for p in os.popen(f"pgrep -P {worker.pid}").read().split()]
+    wait_for(lambda: Worker.objects.filter(name=name, stopped_at__isnull=True).exists(), message="its row")
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    assert durable.wait(run.pk, timeout=lease / 3) == "done"  # the old code waited out the whole lease
+    resumed = time.monotonic() - killed
+    row = Worker.objects.get(name=name)
+    assert row.stopped_at is not None and "SIGKILL" in row.current
+    assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}
+    assert WorkItem.objects.get(run=run).claim_token != token
+    log = worker.log()
+    assert f"Worker process {pid} was killed by SIGKILL" in log
+    assert f"Run {run.pk}: delivery 2 of 5 after worker {name} was lost." in log, log
+    print(f"resumed {resumed:.1f} s after the SIGKILL, lease {lease:g} s")

@@ -486,7 +486,7 @@ def reap(*, db: str, batch: int = 100) -> int:
                 claimed_by="",
                 claim_expires_at=None,
                 available_at=clock.db_now(),
-                last_error="The worker's lease expired before it finished; delivered again.",
+                last_error="Its worker was lost (it died, or its lease ran out) before it finished; delivered again.",
             )
             WorkflowRun.objects.using(db).filter(
                 id__in=[r[1] for r in again], status=RunStatus.RUNNING
@@ -494,8 +494,32 @@ def reap(*, db: str, batch: int = 100) -> int:
             notify(db)
         for item_id, run_id, attempts, claimed_by, step_key in poison:
             _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key)
-    logger.warning("Returned %d expired claim(s) to the queue, failed %d.", len(again), len(poison))
+    for _, run_id, attempts, claimed_by, step_key in again:
+        logger.warning("Run %s%s: delivery %d of %d after worker %s was lost.", run_id,
+                       f" step {step_key!r}" if step_key else "", attempts + 1, max_deliveries, claimed_by or "?")
     return len(rows)
+
+
+def release_worker(name: str, *, why: str, db: str) -> int:
+    """Take back at once the claims of a worker process known to be dead; return how many.
+
+    The supervisor calls this when its child dies: instead of waiting out the leases, the
+    claims are expired now and the reaper returns them to the queue (or fails them past
+    DURABLE_MAX_DELIVERIES, as a lost lease would), fenced: the claim token changes, so the
+    dead process could write nothing even if it were not dead. Its row shows it stopped.
+    """
+    from ..models import Worker
+
+    with transaction.atomic(using=db):
+        claims = WorkItem.objects.using(db).filter(status=Status.PROCESSING, claimed_by=name).update(
+            claim_expires_at=None
+        )
+        Worker.objects.using(db).filter(name=name[:200], stopped_at__isnull=True).update(
+            stopped_at=clock.db_now(), current=why[:300]
+        )
+    if claims:
+        reap(db=db, batch=max(claims, 100))  # another worker's reaper may take some first: as good
+    return claims
 
 
 class WorkerLost(Exception):
