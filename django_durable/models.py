@@ -485,6 +485,7 @@ class WorkflowEvent(models.Model):
         SIGNAL_SENT = "signal_sent", "Signal sent"
         WOKEN = "woken", "Timer fired early"
         CLAIM_RELEASED = "claim_released", "Claim released"
+        ATTEMPT_ENDED = "attempt_ended", "Attempt ended"
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(db_default=Now())

@@ -165,17 +165,60 @@ MAX_MESSAGE_CHARS = 10_000
 MAX_TRACEBACK_CHARS = 50_000
 
 
-def dumps_error(exc: BaseException, traceback_text: str = "") -> str:
-    """Return the JSON text recording an exception: its type, message and traceback (truncated)."""
+EARLIER_KEPT = 20
+EARLIER_TRACEBACK_CHARS = 2_000
+
+
+def dumps_error(exc: BaseException, traceback_text: str = "", *, attempt: int | None = None,
+                earlier: str | None = None) -> str:
+    """Return the JSON text recording an exception: its type, message and traceback (truncated).
+
+    For a step's failed `attempt`, `earlier` is the error recorded for the attempt before (with
+    its own earlier ones): the new record keeps them under "earlier", oldest first (the last
+    EARLIER_KEPT, their tracebacks cut to their ends), so a retry never erases the evidence of
+    the attempts before it.
+    """
     kind = type(exc)
-    return dumps(
-        {
-            "type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__,
-            "message": _truncate(_safe_str(exc), MAX_MESSAGE_CHARS),
-            # The end of a traceback is where the error is: keep that part.
-            "traceback": _truncate(traceback_text, MAX_TRACEBACK_CHARS, keep_end=True),
-        }
-    )
+    error = {
+        "type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__,
+        "message": _truncate(_safe_str(exc), MAX_MESSAGE_CHARS),
+        # The end of a traceback is where the error is: keep that part.
+        "traceback": _truncate(traceback_text, MAX_TRACEBACK_CHARS, keep_end=True),
+    }
+    if attempt is not None:
+        error["attempt"] = attempt
+    if earlier:
+        error["earlier"] = _earlier(earlier)
+    return dumps(error)
+
+
+def _earlier(text: str) -> list[dict]:
+    try:
+        previous = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(previous, dict):
+        return []
+    chain = previous.pop("earlier", None)
+    chain = chain if isinstance(chain, list) else []
+    previous["traceback"] = _truncate(str(previous.get("traceback", "")), EARLIER_TRACEBACK_CHARS, keep_end=True)
+    return [*chain, previous][-EARLIER_KEPT:]
+
+
+def error_history(text: str | None) -> list[dict]:
+    """Every attempt's error in a stored error, oldest first: [{"attempt", "type", "message"}]."""
+    if not text:
+        return []
+    try:
+        error = json.loads(text)
+    except ValueError:
+        return [{"attempt": None, "type": "", "message": text[:1000]}]
+    if not isinstance(error, dict):
+        return [{"attempt": None, "type": "", "message": str(error)[:1000]}]
+    chain = error.get("earlier") if isinstance(error.get("earlier"), list) else []
+    return [{"attempt": entry.get("attempt"), "type": str(entry.get("type", "")),
+             "message": str(entry.get("message", ""))[:1000]}
+            for entry in [*chain, error] if isinstance(entry, dict)]
 
 
 def error_parts(text: str | None, *, limit: int = 1000) -> dict | None:
@@ -189,6 +232,15 @@ def error_parts(text: str | None, *, limit: int = 1000) -> dict | None:
     if not isinstance(error, dict):
         return {"type": "", "message": str(error)[:limit]}
     return {"type": str(error.get("type", "")), "message": str(error.get("message", ""))[:limit]}
+
+
+def error_line(text: str | None, *, limit: int = 500) -> str:
+    """A stored error as one log line, 'Type: message' (the message's line breaks folded)."""
+    parts = error_parts(text, limit=limit)
+    if parts is None:
+        return ""
+    message = " ".join(parts["message"].split())
+    return f"{parts['type']}: {message}" if parts["type"] else message
 
 
 def _truncate(text: str, limit: int, keep_end: bool = False) -> str:

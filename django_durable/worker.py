@@ -88,7 +88,7 @@ class Worker:
                     if self.burst and not workpool.pending_work(queues=self.queues, db=self.db):
                         break
                 except DB_ERRORS as exc:
-                    logger.warning("Database error in worker %s: %s", self.name, exc)
+                    logger.warning("Database error in worker %s: %s", self.name, one_line(exc))
                     close_connection(self.db)
                     waiter.sleep(backoff.next())
                     continue
@@ -180,7 +180,10 @@ class Worker:
             # A bug of ours, not the workflow's (those end the run). Treat it like a crash: let
             # the lease lapse, so the item is delivered again and, if it keeps failing, ends
             # failed after DURABLE_MAX_DELIVERIES instead of looping here.
-            logger.exception("Worker %s failed advancing run %s; abandoning the claim.", self.name, claim.run_id)
+            logger.error("Worker %s abandoned its claim on run %s%s after an error of the engine: %s "
+                         "(it is delivered again when its lease runs out).", self.name, claim.run_id,
+                         f" step {claim.step_key!r}" if claim.step_key else "", one_line(sys.exc_info()[1]),
+                         exc_info=logger.isEnabledFor(logging.DEBUG))
             claim.lost = True
         finally:
             if claim.earliest_timer is not None:
@@ -202,7 +205,7 @@ class Worker:
             f"({type(cause).__name__}: {str(cause).strip()[:500]}). Its stored rows may be damaged; "
             f"repair them and retry the run."
         ))
-        logger.error("Run %s failed: the database refused the engine's write (%s).", claim.run_id, cause)
+        logger.error("Run %s failed: the database refused the engine's write (%s).", claim.run_id, one_line(cause))
         try:
             if claim.kind == WorkItem.Kind.ADVANCE:
                 workpool.finish_run(claim, status=WorkflowRun.Status.FAILED, result=None, error=error)
@@ -251,6 +254,12 @@ def refused(exc: BaseException) -> bool:
 
     cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
     return isinstance(cause, (DataError, IntegrityError))
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """'Type: message' on one line: a log line per event, however many lines a driver's message has."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:

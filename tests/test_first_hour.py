@@ -4,7 +4,6 @@ convention, the evidence of earlier attempts kept, and workers that say what hap
 import io
 import json
 import logging
-import uuid
 from decimal import Decimal
 
 import pytest
@@ -132,3 +131,64 @@ def test_the_command_line_takes_the_short_id_the_admin_shows(admin_client):
     assert out.getvalue().startswith(f"{run.pk} tests.three_steps")
     with pytest.raises(CommandError, match="No workflow run has an id ending in 'ffffffffff'"):
         call_command("durable", "status", "ffffffffff", stdout=io.StringIO())
+
+
+# -- 3. retry keeps the evidence -------------------------------------------------------------------
+
+
+def test_the_errors_of_earlier_attempts_of_a_step_and_a_branch_that_succeeded_are_kept(api):
+    run = durable.start("tests.fails_twice")
+    for _ in range(10):
+        drain()
+    run.refresh_from_db()
+    assert run.status == "completed" and run.get_result() == [3, 3]
+    errors = api.get(f"{API}workflows/{run.pk}/").json()["errors"]
+    assert [(e["step"], e["step_attempt"], e["message"], e["current"]) for e in errors] == [
+        ("step", 1, "step execution 1 fails", True), ("step", 2, "step execution 2 fails", True),
+        ("branch", 1, "branch execution 1 fails", True), ("branch", 2, "branch execution 2 fails", True),
+    ], errors
+
+
+def test_retrying_a_failed_run_keeps_every_attempts_error_on_the_page_and_in_the_api(api, admin_client, tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    run = durable.start("tests.flaky_middle", str(flag))
+    drain()
+    durable.retry_run(run.pk, by="alice")  # still broken: fails again
+    drain()
+    flag.unlink()
+    durable.retry_run(run.pk, by="alice")
+    drain()
+    run.refresh_from_db()
+    assert run.status == "completed" and run.error is None
+    errors = api.get(f"{API}workflows/{run.pk}/").json()["errors"]
+    shown = [(e["attempt"], e["step"], e["step_attempt"], e["type"].rpartition(".")[2], e["current"]) for e in errors]
+    assert shown == [(1, "b", 1, "NonRetryableError", False), (1, None, None, "StepFailed", False),
+                     (1, "b", 1, "NonRetryableError", False), (1, None, None, "StepFailed", False)], shown
+    assert all("b is broken while broken exists" in e["message"] for e in errors)
+    page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+    assert "Errors of every attempt (4)" in page
+    assert page.count("Attempt 1 ended failed: StepFailed: Step &#x27;b&#x27; failed") == 2, page
+
+
+# -- 4. workers say what happens -------------------------------------------------------------------
+
+
+def test_failures_and_retries_are_logged_once_each_on_one_line_with_the_run_and_the_step(caplog, tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    failing = durable.start("tests.flaky_middle", str(flag))
+    retried = durable.start("tests.fails_twice")
+    with caplog.at_level(logging.INFO, logger="django_durable"):
+        for _ in range(10):
+            drain()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert all("\n" not in line for line in lines), lines
+    ended = [line for line in lines if line.startswith(f"Run {failing.pk} of tests.flaky_middle ended failed:")]
+    assert len(ended) == 1 and "Step 'b' failed" in ended[0] and "NonRetryableError: b is broken" in ended[0], lines
+    for key in ("step", "branch"):
+        for attempt in (1, 2):
+            retry = f"Run {retried.pk} step {key!r}: attempt {attempt} of 3 failed (ConnectionError: {key} execution " \
+                    f"{attempt} fails); retrying at once."
+            assert lines.count(retry) == 1, lines
+    assert not [line for line in lines if str(retried.pk) in line and "attempt 3" in line]

@@ -43,8 +43,11 @@ def test_retry_runs_a_failed_run_again_from_its_last_checkpoint(flag):
     run = run_of(run)
     assert run.status == "completed" and run.get_result() == ["a", "b", "c"]
     assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}  # the completed step did not run again
-    assert events(run) == [("retried", "alice")]
-    assert WorkflowEvent.objects.get(run_id=run.pk).data == {"from": "failed"}
+    assert events(run) == [("attempt_ended", ""), ("retried", "alice")]
+    assert WorkflowEvent.objects.get(run_id=run.pk, type="retried").data == {"from": "failed"}
+    ended = WorkflowEvent.objects.get(run_id=run.pk, type="attempt_ended").data  # the evidence the retry kept
+    assert ended["error"]["message"].endswith("b is broken while broken exists")
+    assert ended["steps"][0]["key"] == "b"
 
 
 @pytest.mark.parametrize("status", ["completed", "waiting"])
@@ -75,7 +78,7 @@ def test_retry_of_a_cancelled_run_resumes_its_wait():
     durable.signal(run.pk, "go", 2)
     drain()
     assert run_of(run).get_result() == [1, 2]
-    assert events(run) == [("cancelled", "bob"), ("retried", "")]
+    assert events(run) == [("cancelled", "bob"), ("attempt_ended", ""), ("retried", "")]
     assert WorkflowEvent.objects.filter(run_id=run.pk, type="cancelled").get().message == "by mistake"
 
 

@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from .. import registry, serialization, services
 from ..exceptions import DurableError, InvalidArguments
 from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
+from ..workpool import evidence
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
 from .base import DurableAdmin, parse_uuid
@@ -320,6 +321,7 @@ class WorkflowRunAdmin(DurableAdmin):
             step.took = display.duration(display.between(step.started_at, step.finished_at)) if step.started_at else ""
             step.result_text = display.pretty_json(step.result, limit=300)[0] if payloads else ""
             step.error_text = display.error_summary(step.error, with_message=payloads, limit=200)
+            step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
             step.can_skip = step.status != Step.Status.COMPLETED and step.kind != Step.Kind.PARALLEL
             step.can_edit = step.status == Step.Status.COMPLETED and step.kind not in (Step.Kind.SLEEP, Step.Kind.PARALLEL)
         error = run.get_error() if payloads and run.error else None
@@ -330,7 +332,9 @@ class WorkflowRunAdmin(DurableAdmin):
             facts=self._facts(run, now),
             input=self._payload(run.input, "input", full) if payloads else None,
             result=self._payload(run.result, "result", full) if payloads and run.result is not None else None,
-            error=error, error_summary=display.error_summary(run.error, with_message=payloads, limit=300),
+            error=error, error_summary=display.error_summary(run.error, with_message=payloads, limit=300)
+            if run.is_finished else "",
+            attempt_errors=evidence.history(run, db=run._state.db or "default") if payloads else [],
             steps=steps, steps_page=page, steps_total=page.paginator.count,
             timeline=timeline.render(run, steps, branch_keys=branch_keys, now=now, total=page.paginator.count)
             if steps or run.started_at else None,
@@ -400,7 +404,10 @@ class WorkflowRunAdmin(DurableAdmin):
             entries.append((run.started_at, "started", "", "A worker started it"))
         for event in WorkflowEvent.objects.filter(run=run).order_by("at", "id")[:500]:
             detail = event.message
-            if payloads and event.data:
+            if event.type == WorkflowEvent.Type.ATTEMPT_ENDED:
+                failure = (event.data or {}).get("error") if payloads else None
+                detail = f"{detail}: {failure['type'].rpartition('.')[2]}: {failure['message'][:300]}" if failure else detail
+            elif payloads and event.data:
                 detail = f"{detail} {serialization.encode(event.data)[:300]}".strip()
             entries.append((event.at, event.get_type_display(), event.actor or "code", detail))
         if run.finished_at:

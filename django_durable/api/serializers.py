@@ -9,7 +9,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .. import registry, serialization
+from .. import conf, registry, serialization
+from ..workpool import evidence
 from ..humanize import describe_cron, humanize_interval
 from ..models import Schedule, Step, WorkflowRun
 
@@ -20,6 +21,15 @@ JOURNAL_LIMIT = 1000
 class ErrorSerializer(serializers.Serializer):
     type = serializers.CharField()
     message = serializers.CharField()
+
+
+class AttemptErrorSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(allow_null=True, help_text="The run's attempt.")
+    step = serializers.CharField(allow_null=True, help_text="The step's key; null for the run's own error.")
+    step_attempt = serializers.IntegerField(allow_null=True, help_text="The step's attempt.")
+    type = serializers.CharField()
+    message = serializers.CharField()
+    current = serializers.BooleanField(help_text="False for attempts a retry of the run left behind.")
 
 
 class StepSerializer(serializers.Serializer):
@@ -68,6 +78,7 @@ class RunSerializer(RunSummarySerializer):
     input = serializers.SerializerMethodField()
     result = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
+    errors = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
     journal = serializers.SerializerMethodField()
 
@@ -89,6 +100,15 @@ class RunSerializer(RunSummarySerializer):
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, run):
         return serialization.error_parts(run.error, limit=ERROR_MESSAGE_CHARS) if self._payloads() else None
+
+    @extend_schema_field(AttemptErrorSerializer(many=True, allow_null=True))
+    def get_errors(self, run):
+        """Every error of every attempt, the run's and its steps', oldest first (a retry keeps them)."""
+        if not self._payloads():
+            return None
+        if run.started_at is None:
+            return []  # never ran: nothing can have failed (and a start costs no query for it)
+        return AttemptErrorSerializer(evidence.history(run, db=conf.get("DATABASE")), many=True).data
 
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"},
                           "description": "how many journal entries have each status"})

@@ -15,6 +15,7 @@ from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..retry import RetryPolicy
 from .alarm import Alarm
 from .composition import current_step, resolve
+from .context import log_attempt
 from .waits import _as_datetime
 
 logger = logging.getLogger("django_durable.worker")
@@ -69,7 +70,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
     try:
         if timeout and deadline is None:
             deadline = started + dt.timedelta(seconds=timeout)
-            workpool.record_steps(claim, [_record(claim, spec, "running", None, None, attempt, started, deadline)])
+            workpool.record_steps(claim, [_record(claim, spec, "running", None, _earlier(claim), attempt, started,
+                                                  deadline)])
         if not claim.alive():
             # Paused (GC, SIGSTOP, a partition) past the lease since the claim: another worker
             # may hold the branch now, so this one must not start it.
@@ -90,7 +92,7 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
                                     max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     except Exception as exc:
         return _failed(claim, spec, policy, attempt, exc, started, then, deadline)
-    record = _record(claim, spec, "completed", text, None, attempt, started, deadline)
+    record = _record(claim, spec, "completed", text, _earlier(claim), attempt, started, deadline)
     if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=then()):
         return "lost"
     signals.send(signals.step_completed, claim.run.workflow, run_id=claim.run_id, key=claim.step_key,
@@ -131,23 +133,27 @@ def _missing_function(claim, spec, policy, then) -> str:
 
 
 def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> str:
-    error = _error(exc)
+    error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)), attempt=attempt,
+                                      earlier=_earlier(claim))
     signal_args = {"run_id": claim.run_id, "key": claim.step_key, "error": serialization.decode(error),
                    "attempt": attempt}
     # Interrupted by (or stopped for) its run's cancel: fails for good, so that its group ends
     # and the run can end cancelled (or roll back) without waiting for it.
     cancelled = isinstance(exc, Cancelled) and claim.cancel_requested
     if not cancelled and policy.retries(exc, attempt):
-        retry_at = claim.db_now() + dt.timedelta(seconds=policy.delay(exc, attempt))
+        delay = policy.delay(exc, attempt)
+        retry_at = claim.db_now() + dt.timedelta(seconds=delay)
         record = _record(claim, spec, "retrying", None, error, attempt, started, deadline, retry_at=retry_at)
         if not _write(workpool.retry_branch, claim, record, retry_at=retry_at, then=then()):
             return "lost"
+        log_attempt(claim.run_id, claim.step_key, attempt, policy, error, delay)
         signals.send(signals.step_failed, claim.run.workflow, will_retry=True, **signal_args)
         return "retrying"
     record = _record(claim, spec, "failed", None, error, attempt, started, deadline)
     fail_fast = not spec.get("return_exceptions", False)
     if not _write(workpool.finish_branch, claim, record, failed=True, fail_fast=fail_fast, then=then()):
         return "lost"
+    log_attempt(claim.run_id, claim.step_key, attempt, policy, error, None)
     signals.send(signals.step_failed, claim.run.workflow, will_retry=False, **signal_args)
     return "failed"
 
@@ -165,6 +171,12 @@ def _record(claim, spec, status, result, error, attempt, started=None, deadline=
         status=status, result=result, error=error, attempts=attempt, started_at=started,
         finished_at=None if status == "running" else claim.db_now(), deadline_at=deadline, retry_at=retry_at,
     )
+
+
+def _earlier(claim) -> str | None:
+    """The error of the branch's last failed attempt (with those before it), kept on its later entries."""
+    entry = claim.run.journal[0] if claim.run.journal else None  # the branch's own entry, if any
+    return entry[6] if entry is not None else None
 
 
 def _error(exc: BaseException) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random as _random
 import traceback
 import uuid as _uuid
@@ -19,6 +20,8 @@ from ..retry import RetryPolicy
 from .composition import Composition, current_step
 from .waits import Waits, _as_datetime
 from ..journal import StepRecord
+
+logger = logging.getLogger("django_durable.worker")
 
 FINAL = ("completed", "failed")
 
@@ -42,6 +45,7 @@ class Context(Waits, Composition):
         self._counters: dict[str, int] = {}
         self._used: set[str] = set()
         self._compensations: list[tuple[str, Callable, Any]] = []  # (key, undo, result), in order
+        self._failures: dict[str, str] = {}  # key -> the error of its last attempt retried at once
 
     def __repr__(self) -> str:
         return f"<Context {self.workflow} run={self.run_id}>"
@@ -94,8 +98,8 @@ class Context(Waits, Composition):
             # stored with them, so that after a crash the attempt is judged by it.
             running = None
             if deadline is not None:
-                running = self._record(key, name, "running", None, None, started, attempt, deadline=deadline,
-                                       kind=kind, write=None)
+                running = self._record(key, name, "running", None, self._earlier_error(key), started, attempt,
+                                       deadline=deadline, kind=kind, write=None)
             self._session.before_step(key, running)
             if faults.active:
                 faults.hit("before_step_call", key)
@@ -119,7 +123,7 @@ class Context(Waits, Composition):
                     exc = exc_
                 else:
                     # Buffered: it commits before the next step starts, or with the outcome.
-                    self._record(key, name, "completed", text, None, started, attempt, kind=kind)
+                    self._record(key, name, "completed", text, self._earlier_error(key), started, attempt, kind=kind)
                     return serialization.decode(text)
             if isinstance(exc, Cancelled) and self._session.claim.cancel_requested:
                 # Interrupted by (or stopped for) a cancel: the attempt is not recorded; the
@@ -145,7 +149,8 @@ class Context(Waits, Composition):
                 text = self._encode(value, key)
             except Exception as exc:
                 raise _StepRaised from exc  # roll the step's writes back
-            record = self._record(key, name, "completed", text, None, started, attempt, kind=kind, write="now")
+            record = self._record(key, name, "completed", text, self._earlier_error(key), started, attempt, kind=kind,
+                                  write="now")
             if faults.active:
                 faults.hit("before_checkpoint_commit", key)
         self._session.committed([record])
@@ -171,18 +176,34 @@ class Context(Waits, Composition):
 
     def _failed_attempt(self, key, name, started, attempt, policy: RetryPolicy, exc: BaseException,
                         kind: str = "step") -> int:
-        """Record a failed attempt; return the next attempt's number, or raise Suspend or StepFailed."""
-        error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)))
+        """Record a failed attempt; return the next attempt's number, or raise Suspend or StepFailed.
+
+        The error keeps the errors of the attempts before it (serialization.dumps_error)."""
+        error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)), attempt=attempt,
+                                          earlier=self._earlier_error(key))
         if not policy.retries(exc, attempt):
             self._record(key, name, "failed", None, error, started, attempt, kind=kind)
+            log_attempt(self.run_id, key, attempt, policy, error, None)
             raise StepFailed(key, serialization.decode(error), attempts=attempt) from exc
         delay = policy.delay(exc, attempt)
         if delay <= 0:
+            self._failures[key] = error
             self._session.attempt_failed(key, error, attempt)  # and try again at once
+            log_attempt(self.run_id, key, attempt, policy, error, 0.0)
             return attempt + 1
         retry_at = self._session.now() + dt.timedelta(seconds=delay)
+        log_attempt(self.run_id, key, attempt, policy, error, delay)
         self._record(key, name, "retrying", None, error, started, attempt, retry_at=retry_at, kind=kind)
         raise Suspend(_retry_waiting_on(key, attempt + 1, policy, retry_at), timers=[("retry", key, retry_at)])
+
+    def _earlier_error(self, key: str) -> str | None:
+        """The error of the step's last failed attempt (with those before it), or None: kept on
+        its later entries, so a retry that succeeds still shows why the attempts before it failed."""
+        failed = self._failures.get(key)
+        if failed is not None:
+            return failed
+        entry = self._journal.get(key)
+        return entry.error if entry is not None else None
 
     def _encode(self, value, key):
         return serialization.encode(
@@ -271,6 +292,17 @@ class Context(Waits, Composition):
 
 class _StepRaised(Exception):
     """Carries a step's own exception out of its atomic block, so the block rolls back."""
+
+
+def log_attempt(run_id, key: str, attempt: int, policy: RetryPolicy, error: str, retry_in: float | None) -> None:
+    """One log line for a failed attempt of a step: retried (WARNING) or failed for good (ERROR)."""
+    if retry_in is None:
+        logger.error("Run %s step %r failed for good at attempt %d: %s", run_id, key, attempt,
+                     serialization.error_line(error))
+    else:
+        logger.warning("Run %s step %r: attempt %d of %d failed (%s); retrying %s.", run_id, key, attempt,
+                       policy.max_attempts, serialization.error_line(error),
+                       f"in {retry_in:.1f} s" if retry_in > 0 else "at once")
 
 
 def _retry_waiting_on(key, attempt, policy, retry_at) -> str:

@@ -291,7 +291,10 @@ def _finish(claim, run, status, *, result=None, error=None, session=None) -> str
         return "lost"
     if session:
         session.committed(records)
-    logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
+    if final in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
+    else:
+        logger.error("Run %s of %s ended %s: %s", claim.run_id, run.workflow, final, serialization.error_line(error))
     if final == RunStatus.COMPLETED:
         signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, result=serialization.decode(result))
     elif final == RunStatus.CANCELLED:
@@ -349,8 +352,9 @@ def _retry_run(claim, run, session, exc, definition) -> str:
                                          f"at {retry_at:%Y-%m-%d %H:%M:%S} UTC"):
         return "lost"
     session.committed(records)
-    logger.info("Run %s of %s raised %s; it goes again from its last checkpoint (attempt %d of %d).",
-                claim.run_id, run.workflow, type(exc).__name__, run.attempt + 1, run.max_attempts)
+    logger.warning("Run %s of %s: attempt %d of %d failed (%s); it goes again from its last checkpoint at %s UTC.",
+                   claim.run_id, run.workflow, run.attempt, run.max_attempts,
+                   serialization.error_line(_error_text(exc, with_traceback=False)), f"{retry_at:%H:%M:%S}")
     return "retrying"
 
 

@@ -13,7 +13,7 @@ import uuid
 from django.db import transaction
 
 from .. import clock, conf, registry, serialization, workpool
-from ..workpool import cancelling
+from ..workpool import cancelling, evidence
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import audit
@@ -99,6 +99,7 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
         check_restartable(run, db)
+        evidence.keep(pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at, db=db)
         audit.record(pk, EventType.RETRIED, by=by, data={"from": run.status}, db=db)
         restart(run, db)
     run.refresh_from_db()
@@ -154,6 +155,8 @@ def restart(run: WorkflowRun, db: str) -> None:
         if child in RETRYABLE:
             child_run = lock_run(child_id, db)
             check_restartable(child_run, db)
+            evidence.keep(child_id, attempt=child_run.attempt, status=child_run.status, error=child_run.error,
+                          finished_at=child_run.finished_at, db=db)
             restart(child_run, db)
     workpool.notify(db)
 

@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from .. import clock, conf, faults, serialization
 from ..interrupts import LeaseLost
 from ..models import Step, Timer, WorkflowRun, WorkItem
-from . import cancelling, postgres, sqlite
+from . import cancelling, evidence, postgres, sqlite
 from ..journal import StepRecord
 
 logger = logging.getLogger("django_durable.worker")
@@ -385,6 +385,7 @@ def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[
         ):
             claim.lost = True
             return False
+        evidence.keep(claim.run_id, attempt=claim.run.attempt, status=RunStatus.FAILED, error=error, db=claim.db)
         Step.objects.using(claim.db).filter(run_id=claim.run_id, status=Step.Status.FAILED).delete()
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(
             status=RunStatus.WAITING, attempt=F("attempt") + 1, error=error, waiting_on=waiting_on[:500],

@@ -128,6 +128,24 @@ def fail_first(run_id, key):
     return "ok"
 
 
+def fail_times(run_id, key, times):
+    """Fail the first `times` executions for this run (each with its own message), then succeed."""
+    ledger.record(run_id, key)
+    count = ledger.count(run_id, key)
+    if count <= times:
+        raise ConnectionError(f"{key} execution {count} fails")
+    return count
+
+
+@durable.workflow("tests.fails_twice")
+def fails_twice(ctx):
+    """A step and a branch that each fail twice, then succeed on their third attempt."""
+    again = durable.RetryPolicy(max_attempts=3, initial_backoff=0, jitter=0)
+    step = ctx.step("step", fail_times, ctx.run_id, "step", 2, retry=again)
+    branch = ctx.parallel([ctx.call("branch", fail_times, ctx.run_id, "branch", 2, retry=again)], key="group")
+    return [step, *branch]
+
+
 @durable.workflow("tests.retry_after_backoff")
 def retry_after_backoff(ctx, backoff=2.0):
     policy = durable.RetryPolicy(max_attempts=3, initial_backoff=backoff, jitter=0)
