@@ -90,7 +90,7 @@ class Maintenance(threading.Thread):
                             if due_in is not None:
                                 self.expect_timer(due_in)
                 except DB_ERRORS as exc:
-                    logger.warning("Database error in maintenance of %s: %s", worker.name, exc)
+                    logger.warning("Database error in maintenance of %s: %s", worker.name, " ".join(str(exc).split())[:500])
                     close_connection(worker.db)
                 except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
                     logger.exception("Maintenance of worker %s failed; going on.", worker.name)

@@ -95,7 +95,7 @@ def workflow(
     (`compensate_on_cancel`), a run that fails for good (is cancelled) first runs the
     compensations of its completed steps, as ctx.rollback() does. `schedule` (a cron
     expression, or a dict of ensure_schedule() options) declares a schedule named after the
-    workflow, created by ``manage.py durable_schedules sync`` and by every worker at start-up.
+    workflow, created by ``manage.py durable schedules sync`` and by every worker at start-up.
     """
     if callable(name):
         return workflow()(name)

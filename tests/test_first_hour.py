@@ -192,3 +192,48 @@ def test_failures_and_retries_are_logged_once_each_on_one_line_with_the_run_and_
                     f"{attempt} fails); retrying at once."
             assert lines.count(retry) == 1, lines
     assert not [line for line in lines if str(retried.pk) in line and "attempt 3" in line]
+
+
+# -- 7. the first time right -----------------------------------------------------------------------
+
+
+def test_a_wait_that_times_out_with_no_live_worker_says_so():
+    from django.utils import timezone
+
+    from django_durable.models import Worker
+
+    run = durable.start("tests.three_steps")
+    with pytest.raises(durable.WaitTimeout, match="No worker is running: start one with `python manage.py durable_worker`"):
+        durable.wait(run.pk, timeout=0.05)
+    Worker.objects.create(name="w", host="h", pid=1, queues="emails", started_at=timezone.now(), last_seen=timezone.now())
+    with pytest.raises(durable.WaitTimeout, match="No live worker serves its queue 'default'"):
+        durable.wait(run.pk, timeout=0.05)
+    Worker.objects.create(name="w2", host="h", pid=2, started_at=timezone.now(), last_seen=timezone.now())
+    with pytest.raises(durable.WaitTimeout) as timed_out:
+        durable.wait(run.pk, timeout=0.05)
+    assert "worker" not in str(timed_out.value)
+
+
+def test_schedules_are_synced_under_one_command_name():
+    from django.core.management import get_commands
+
+    assert "durable_schedules" not in get_commands()
+    out = io.StringIO()
+    call_command("durable", "schedules", "sync", stdout=out)
+    assert "declared schedule(s) in place" in out.getvalue()
+
+
+def test_the_readme_curl_example_starts_a_run_that_completes_in_the_demo(api):
+    import re
+
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    body = re.search(r"-X POST localhost:8000/api/durable/workflows/ \\\n.*-d '(\{.*\})'", readme).group(1)
+    started = api.post(f"{API}workflows/", json.loads(body), format="json")
+    assert started.status_code == 201, started.content
+    drain()
+    done = api.get(f"{API}workflows/{started.json()['id']}/result/")
+    assert done.status_code == 200 and done.json()["result"] == "Hello, curl!"
+    signal_body = re.search(r"signals/approved/ \\\n.*-d '(\{.*\})'", readme).group(1)
+    assert list(json.loads(signal_body)) == ["payload"]

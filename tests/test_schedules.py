@@ -1,6 +1,7 @@
 """Schedules and delayed starts, with the test clock."""
 
 import datetime as dt
+import io
 import signal
 import threading
 
@@ -241,16 +242,16 @@ def test_unknown_workflows_and_bad_slugs_are_refused():
 
 
 def test_schedules_declared_on_workflows_are_synced():
-    call_command("durable_schedules", "sync")
+    call_command("durable", "schedules", "sync", stdout=io.StringIO())
     schedule = schedules.get("tests.nightly")
     assert (schedule.cron, schedule.timezone, schedule.declared) == ("0 3 * * *", "Europe/Paris", True)
     Schedule.objects.create(slug="gone", workflow="tests.gone", cron="0 3 * * *", declared=True)
-    call_command("durable_schedules", "sync")
+    call_command("durable", "schedules", "sync", stdout=io.StringIO())
     assert not Schedule.objects.filter(slug="gone").exists()
     assert schedules.get("tests.nightly").pk == schedule.pk
     # An operator pauses a declared schedule: the next sync (every worker start) keeps it paused.
     schedules.pause("tests.nightly")
-    call_command("durable_schedules", "sync")
+    call_command("durable", "schedules", "sync", stdout=io.StringIO())
     assert schedules.get("tests.nightly").status == "paused"
 
 

@@ -415,3 +415,24 @@ def test_a_killed_worker_process_is_shown_stopped_and_its_run_resumes_without_wa
     assert f"Worker process {pid} was killed by SIGKILL" in log
     assert f"Run {run.pk}: delivery 2 of 5 after worker {name} was lost." in log, log
     print(f"resumed {resumed:.1f} s after the SIGKILL, lease {lease:g} s")
+
+
+def test_reload_restarts_the_worker_when_a_python_file_of_the_project_changes(start_worker):
+    """durable_worker --reload (development only): a changed .py file under BASE_DIR restarts the worker."""
+    import os
+
+    from tests.conftest import ROOT
+
+    worker = start_worker("--reload", burst=False)
+    wait_for(lambda: worker.log().count("started (queues") == 1, message="the first worker")
+    first = durable.start("tests.three_steps", x=1)
+    assert durable.wait(first.pk, timeout=15) == [1, 2, 3]
+    edited = ROOT / "tests" / "testapp" / "ledger.py"
+    os.utime(edited)  # "saved in the editor"
+    wait_for(lambda: worker.log().count("started (queues") == 2, message="a restarted worker")
+    assert "tests/testapp/ledger.py changed; restarting the worker." in worker.log()
+    second = durable.start("tests.three_steps", x=2)
+    assert durable.wait(second.pk, timeout=15) == [2, 3, 4]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.log()
+    assert worker.log().count("stopped after") == 2

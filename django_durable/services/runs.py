@@ -205,11 +205,27 @@ def wait(run_id, timeout: float | None = None) -> Any:
         if run.status in WorkflowRun.TERMINAL:
             raise WorkflowFailed(run.pk, run.status, run.get_error())
         if deadline is not None and time.monotonic() >= deadline:
-            raise WaitTimeout(f"Workflow run {run.pk} did not finish within {timeout} seconds; it is {run.status}.")
+            raise WaitTimeout(f"Workflow run {run.pk} did not finish within {timeout} seconds; it is {run.status}."
+                              + _no_worker_hint(run, db))
         pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
         time.sleep(pause)
         delay = min(delay * 1.5, 0.5)
         run.refresh_from_db(fields=["status", "result", "error"])
+
+
+def _no_worker_hint(run: WorkflowRun, db: str) -> str:
+    """Why a wait may be in vain: no live worker serves the run's queue (the commonest first-hour surprise)."""
+    from ..models import Worker
+    from ..stats import live_workers_since
+
+    live = Worker.objects.using(db).filter(stopped_at__isnull=True, last_seen__gte=live_workers_since())
+    queues = list(live.values_list("queues", flat=True)[:100])
+    run_queue = WorkflowRun.objects.using(db).filter(pk=run.pk).values_list("queue", flat=True).first()
+    if any(not served or run_queue in served.split(",") for served in queues):
+        return ""
+    if not queues:
+        return " No worker is running: start one with `python manage.py durable_worker`."
+    return f" No live worker serves its queue {run_queue!r}: start one with `durable_worker --queues {run_queue}`."
 
 
 def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:

@@ -30,17 +30,30 @@ class Command(BaseCommand):
         )
         parser.add_argument("--name", default=None, help="Worker name shown in claims and logs.")
         parser.add_argument(
+            "--reload", action="store_true",
+            help="Development only: restart the worker when a Python file of the project changes.",
+        )
+        parser.add_argument(
             "--grace", type=float, default=None,
             help="Seconds a stopping worker lets its running step finish before releasing it "
             "(default: DURABLE_SHUTDOWN_GRACE_SECONDS).",
         )
 
-    def handle(self, *args, concurrency, queues, burst, name, grace, verbosity, **options):
+    def handle(self, *args, concurrency, queues, burst, name, grace, verbosity, reload, **options):
         if concurrency < 1:
             raise CommandError(f"--concurrency must be at least 1, not {concurrency}.")
         if grace is not None and grace < 0:
             raise CommandError(f"--grace must not be negative, not {grace}.")
         _configure_logging(verbosity)
+        if reload:
+            if burst:
+                raise CommandError("--reload keeps a worker running; it does not go with --burst.")
+            from django_durable.reloader import Reloader, project_root, worker_command
+
+            from django_durable import conf
+
+            stop_within = grace if grace is not None else float(conf.get("SHUTDOWN_GRACE_SECONDS"))
+            sys.exit(Reloader(worker_command(), project_root(), grace=stop_within).run())
         worker_options = {
             "queues": [q.strip() for q in queues.split(",") if q.strip()] or None,
             "burst": burst,
