@@ -19,8 +19,9 @@ test: $(STAMP)
 	scripts/run-tests.sh
 
 # The suite on the newest Django (6.x needs Python 3.12 or later), in its own .venv-latest.
+# PYTEST_ARGS='-m "not slow"' leaves out the slow process-heavy tests (CI does).
 test-latest:
-	scripts/test-latest.sh
+	scripts/test-latest.sh $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	scripts/run-bench.sh

@@ -109,7 +109,7 @@ def test_schedules():
     assert "started run" in durable_cli("schedules", "trigger", "hourly")
     assert Schedule.objects.get().last_run is not None
     assert "declared schedule(s) in place" in durable_cli("schedules", "sync")
-    assert {s["slug"] for s in json.loads(durable_cli("schedules", "--json"))} == {"hourly", "tests.nightly"}
+    assert {s["slug"] for s in json.loads(durable_cli("schedules", "--json"))} == {"hourly", "tests.nightly", "orders.nightly_report"}
 
 
 def test_prune_deletes_old_finished_runs_in_batches_and_keeps_the_rest(settings):

@@ -237,3 +237,20 @@ def test_the_readme_curl_example_starts_a_run_that_completes_in_the_demo(api):
     assert done.status_code == 200 and done.json()["result"] == "Hello, curl!"
     signal_body = re.search(r"signals/approved/ \\\n.*-d '(\{.*\})'", readme).group(1)
     assert list(json.loads(signal_body)) == ["payload"]
+
+
+# -- 6. the admin reads right ----------------------------------------------------------------------
+
+
+def test_the_admin_pages_raise_no_deprecation_warnings_of_django(admin_client, tmp_path):
+    import warnings
+
+    run = durable.start("tests.three_steps")
+    drain()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for url in (RUNS, f"{RUNS}{run.pk}/change/", "/admin/django_durable/overview/", "/admin/django_durable/workitem/",
+                    "/admin/django_durable/schedule/", "/admin/django_durable/worker/"):
+            assert admin_client.get(url).status_code == 200, url
+    removed = [str(w.message) for w in caught if w.category.__name__.startswith("RemovedInDjango")]
+    assert removed == []

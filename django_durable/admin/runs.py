@@ -102,8 +102,10 @@ class WorkflowRunAdmin(DurableAdmin):
     def can_see_payloads(self, request) -> bool:
         return self.has_custom_permission(request, "view_payload_workflowrun")
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request, action_location=None):
+        # Django 6.1 passes where the actions are shown; 5.2 does not know the parameter.
+        actions = super().get_actions(request) if action_location is None else \
+            super().get_actions(request, action_location=action_location)
         actions.pop("delete_selected", None)  # it would not keep to finished runs; delete_finished_runs does
         return actions
 
