@@ -115,3 +115,85 @@ def test_an_operator_finds_a_failure_and_cancels_a_waiting_run(browser, live_ser
     run = WorkflowRun.objects.get(pk=waiting.pk)
     assert run.status == "cancelled" and run.get_error()["message"] == "customer withdrew"
     assert WorkflowEvent.objects.filter(run=run, type="cancelled", actor="ops").exists()
+
+
+def _login(browser, live_server, django_user_model):
+    from selenium.webdriver.common.by import By
+
+    django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password")
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/django_durable/overview/")
+    browser.find_element(By.NAME, "username").send_keys("ops")
+    browser.find_element(By.NAME, "password").send_keys("a-long-password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    import struct
+
+    return struct.unpack(">II", data[16:24])
+
+
+def test_the_admin_reads_right_at_1440_pixels(browser, live_server, django_user_model):
+    """Issue 12: the run list fits, its last error shows; step values need no scroll box; chart labels are whole."""
+    from selenium.webdriver.common.by import By
+
+    for x in range(3):
+        durable.start("tests.three_steps", x=x)
+    durable.start("tests.raises", message="the payment provider refused the card: insufficient funds " * 2)
+    durable.start("tests.approval", timeout=3600)
+    durable.start("tests.sleeper", 3600)
+    showcase = durable.start("tests.showcase", 1042)
+    money = durable.start("tests.money")
+    drain()
+    time.sleep(0.35)
+    drain()
+    _login(browser, live_server, django_user_model)
+    browser.set_window_size(1440, 900)
+    inner = browser.execute_script("return window.innerWidth")
+
+    # The overview: every label of its charts inside the chart.
+    clipped = browser.execute_script("""
+        const out = [];
+        for (const svg of document.querySelectorAll('svg.durable-chart')) {
+          const width = svg.viewBox.baseVal.width, height = svg.viewBox.baseVal.height;
+          for (const text of svg.querySelectorAll('text')) {
+            const box = text.getBBox();
+            if (box.x < 0 || box.y < 0 || box.x + box.width > width + 0.5 || box.y + box.height > height + 0.5)
+              out.push(text.textContent + ' ' + JSON.stringify([box.x, box.y, box.width, box.height, width, height]));
+          }
+        }
+        return out;""")
+    assert clipped == []
+
+    # The run list: no horizontal scrolling, and the last error is on screen.
+    browser.get(f"{live_server.url}/admin/django_durable/workflowrun/")
+    widths = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= inner, widths
+    # The admin wraps the table in a box that scrolls sideways: nothing may be hidden in it.
+    box = browser.execute_script("const b = document.querySelector('#changelist .results'); "
+                                 "return [b.scrollWidth, b.clientWidth, b.getBoundingClientRect().right];")
+    columns = browser.execute_script("return [...document.querySelectorAll('#result_list thead th')].map("
+                                     "th => th.className + ':' + Math.round(th.getBoundingClientRect().width));")
+    screenshot(browser, "run-list.png")
+    assert box[0] <= box[1] + 1, (box, " ".join(columns))
+    for cell in browser.find_elements(By.CSS_SELECTOR, "#result_list td.field-last_error"):
+        right = browser.execute_script("return arguments[0].getBoundingClientRect().right;", cell)
+        assert right <= min(box[2], inner) + 1, (right, box)
+    assert "insufficient funds" in browser.find_element(By.ID, "result_list").text
+    shot = browser.get_screenshot_as_png()
+    assert _png_size(shot)[0] == inner
+    screenshot(browser, "run-list.png")
+
+    # A run's steps: short values on one line, no box that scrolls, no word cut in two.
+    for run in (showcase, money):
+        browser.get(f"{live_server.url}/admin/django_durable/workflowrun/{run.pk}/change/")
+        boxes = browser.execute_script("""
+            return [...document.querySelectorAll('.durable-value')].map(e =>
+              [e.textContent, e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1,
+               e.getClientRects().length]);""")
+        assert boxes, "no step values shown"
+        for text, scrolls, _ in boxes:
+            assert not scrolls, text
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= inner
+    assert '"total": "42.00"' in browser.find_element(By.ID, "durable-steps").text or \
+        "42.00" in browser.find_element(By.ID, "durable-steps").text

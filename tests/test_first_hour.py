@@ -246,6 +246,7 @@ def test_the_admin_pages_raise_no_deprecation_warnings_of_django(admin_client, t
     import warnings
 
     run = durable.start("tests.three_steps")
+    durable.start("tests.approval", timeout=3600)  # the list draws what a waiting run does
     drain()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -254,3 +255,56 @@ def test_the_admin_pages_raise_no_deprecation_warnings_of_django(admin_client, t
             assert admin_client.get(url).status_code == 200, url
     removed = [str(w.message) for w in caught if w.category.__name__.startswith("RemovedInDjango")]
     assert removed == []
+
+
+def test_an_open_wait_reaches_now_and_its_deadline_is_drawn_where_it_falls():
+    import re
+
+    import datetime as dt
+
+    from django_durable.admin import timeline
+    from django_durable.models import Step
+
+    for timeout, far in ((2, False), (3600, True)):
+        run = durable.start("tests.approval", timeout=timeout)
+        drain()
+        run.refresh_from_db()
+        steps = list(Step.objects.filter(run=run).order_by("seq"))
+        wait = next(step for step in steps if step.status == "waiting")
+        # Drawn 1.5 s into the wait: a 2 s deadline is near, one of an hour is far.
+        svg = str(timeline.render(run, steps, now=wait.started_at + dt.timedelta(seconds=1.5)))
+        bar = next(match for match in re.finditer(
+            r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"[^>]*><title>([^<]*)</title>', svg)
+            if match[3].startswith(wait.key + ":"))
+        right = float(bar[1]) + float(bar[2])
+        if far:  # the axis ends now: the wait reaches the end, an arrow says how far its deadline is
+            assert abs(right - (timeline.WIDTH - timeline.RIGHT)) < 1, (right, svg)
+            assert 'class="deadline-ahead"' in svg and "→ 59 min 58 s" in svg
+        else:  # the axis stretches to the deadline, which is drawn after now, not clamped to it
+            deadline = float(re.search(r'<line x1="([\d.]+)"[^>]*class="deadline"', svg)[1])
+            assert deadline > right + 5, (deadline, right)
+            assert abs(deadline - (timeline.WIDTH - timeline.RIGHT)) < 1
+
+
+def test_a_finished_run_shows_no_waits_or_skips_and_deliveries_read_the_same_everywhere(admin_client):
+    run = durable.start("tests.approval", timeout=3600)
+    drain()
+    def steps_table():
+        page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+        start = page.index('id="durable-steps"')
+        return page[start:page.index("</table>", start)]
+
+    assert ">until " in steps_table() and "skip-step" in steps_table()  # unfinished: the wait's deadline, and skip
+    durable.cancel(run.pk)
+    drain()
+    assert ">until " not in steps_table() and "skip-step" not in steps_table()
+    assert '>stopped</span>' in steps_table()
+
+    from django_durable.models import WorkItem
+
+    item = WorkItem.objects.get(run=run)
+    WorkItem.objects.filter(pk=item.pk).update(status="processing", attempts=2, claimed_by="w:1")
+    page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+    listing = admin_client.get("/admin/django_durable/workitem/").content.decode()
+    assert "<td>2 of 5</td>" in page and "2 of 5" in listing
+    assert "column-delivery" in listing and ">deliveries<" not in page

@@ -33,6 +33,43 @@ def pretty_json(text: str | None, *, limit: int | None = TRUNCATE_CHARS) -> tupl
     return pretty, False
 
 
+def delivery(item) -> str:
+    """A work item's delivery as the worker logs name it: "2 of 5" while claimed, "1 lost, next 2
+    of 5" when a lost worker handed it back, "" once it ended (its count restarts at each finish).
+
+    `attempts` counts the claims since the item last finished; DURABLE_MAX_DELIVERIES of them
+    without finishing fail it.
+    """
+    from .. import conf
+
+    most = conf.get("MAX_DELIVERIES")
+    if item.status == "processing":
+        return f"{item.attempts} of {most}"
+    if item.status == "pending" and item.attempts:
+        return f"{item.attempts} lost, next {item.attempts + 1} of {most}"
+    if item.status == "failed" and item.attempts >= most:
+        return f"{item.attempts} of {most}, ran out"
+    return ""
+
+
+SHORT_VALUE_CHARS = 160
+
+
+def value_text(text: str | None) -> tuple[str, bool]:
+    """(a stored value as people read it, whether it is long): a short value on one line with
+    spaces after commas and colons (so it wraps between items, never inside a word), a long one
+    pretty-printed and cut at TRUNCATE_CHARS."""
+    if text is None:
+        return "", False
+    try:
+        compact = json.dumps(serialization.display(text), ensure_ascii=False, separators=(", ", ": "))
+    except ValueError:
+        compact = text
+    if len(compact) <= SHORT_VALUE_CHARS:
+        return compact, False
+    return pretty_json(text, limit=TRUNCATE_CHARS)[0], True
+
+
 _TYPE = re.compile(r'"type":\s*"((?:[^"\\]|\\.)*)"')
 _MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.){0,300})')
 

@@ -92,10 +92,13 @@ def finished_buckets(now, span: dt.timedelta, unit: str, width: int):
     return buckets
 
 
+LABEL_HALF = 18
+
+
 def chart(buckets, unit_label: str, width: int = 460, height: int = 140):
     """A stacked bar chart as SVG: completed, failed and cancelled runs per bucket."""
     top = max([sum(counts.values()) for _, counts in buckets] + [1])
-    left, bottom = 34, 18
+    left, bottom = max(34, 10 + 7 * len(str(top))), 18  # room for the largest count's label
     plot_w, plot_h = width - left - 6, height - bottom - 8
     bar = plot_w / max(len(buckets), 1)
     parts = [f'<svg class="durable-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
@@ -119,7 +122,9 @@ def chart(buckets, unit_label: str, width: int = 460, height: int = 140):
             parts.append(f'<rect x="{x:.1f}" y="8" width="{bar:.1f}" height="{plot_h}" fill="transparent">'
                          f'<title>{escape(tip)}</title></rect>')
         if index % max(1, len(buckets) // 6) == 0:
-            parts.append(f'<text x="{x + bar / 2:.1f}" y="{height - 4}" text-anchor="middle" class="tick">'
+            # A label is about 32 units wide: kept whole inside the chart at either end.
+            centre = min(max(x + bar / 2, LABEL_HALF), width - LABEL_HALF)
+            parts.append(f'<text x="{centre:.1f}" y="{height - 4}" text-anchor="middle" class="tick">'
                          f'{moment:%H:%M}</text>')
     parts.append("</svg>")
     total = {label: sum(counts[label] for _, counts in buckets) for label in OUTCOMES}

@@ -50,7 +50,7 @@ class LeaseFilter(admin.SimpleListFilter):
 
 @admin.register(WorkItem)
 class WorkItemAdmin(RunSearch, DurableAdmin):
-    list_display = ["id", "kind", "run_link", "step_key", "queue", "priority", "status_badge", "attempts", "available",
+    list_display = ["id", "kind", "run_link", "step_key", "queue", "priority", "status_badge", "delivery", "available",
                     "claimed_by", "lease", "error"]
     list_filter = ["status", "kind", QueueFilter, LeaseFilter]
     ordering = ["-id"]
@@ -70,6 +70,10 @@ class WorkItemAdmin(RunSearch, DurableAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, item):
         return display.status_badge(item.status)
+
+    @admin.display(description="delivery", ordering="attempts")
+    def delivery(self, item):
+        return display.delivery(item)
 
     @admin.display(description="available", ordering="available_at")
     def available(self, item):

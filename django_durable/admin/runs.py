@@ -16,7 +16,8 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from .. import registry, serialization, services
 from ..exceptions import DurableError, InvalidArguments
@@ -68,8 +69,10 @@ def decorate(runs: list[WorkflowRun], *, payloads: bool) -> None:
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(DurableAdmin):
-    list_display = ["short_id", "workflow", "status_badge", "waiting", "step", "attempts", "queue", "created",
-                    "took", "next_wake_up", "last_error"]
+    # Fits a 1,440-pixel window beside the admin's navigation: what it is doing now is one column
+    # (the current step, what it waits for, when it wakes), the queue is a filter, and when it was
+    # created and how long it took share one.
+    list_display = ["short_id", "workflow", "status_badge", "now_doing", "created", "last_error"]
     list_display_links = ["short_id"]
     list_filter = ["status", WorkflowFilter, QueueFilter, ErrorFilter, StuckFilter]
     search_fields = ["workflow"]  # shows the box; get_search_results decides
@@ -135,43 +138,39 @@ class WorkflowRunAdmin(DurableAdmin):
         label = run.status.replace("_", " ")
         if run.cancel_requested_at and not run.is_finished:
             label += " (cancelling)"
-        return display.status_badge(run.status, label)
+        badge = display.status_badge(run.status, label)
+        if run.max_attempts > 1 or run.attempt > 1:
+            return format_html('{} <span class="durable-muted" title="attempt">{}/{}</span>', badge, run.attempt,
+                               run.max_attempts)
+        return badge
 
-    @admin.display(description="waiting on")
-    def waiting(self, run):
-        text = run.waiting_on
-        return text if len(text) <= 60 else text[:59] + "…"
-
-    @admin.display(description="current step")
-    def step(self, run):
+    @admin.display(description="now")
+    def now_doing(self, run):
+        """The current step, what the run waits for (without its time: that is the wake-up), when it wakes."""
+        if run.is_finished:
+            return ""
+        parts = []
+        waiting = run.waiting_on.split(" until ")[0].split(" at 20")[0]
         current = getattr(run, "current_step", None)
-        if not current:
-            return ""
-        key, status = current
-        return format_html('{} <span class="durable-muted">({})</span>', key if len(key) <= 40 else key[:39] + "…", status)
-
-    @admin.display(description="attempt")
-    def attempts(self, run):
-        return f"{run.attempt}/{run.max_attempts}" if run.max_attempts > 1 else str(run.attempt)
-
-    @admin.display(description="created", ordering="created_at")
-    def created(self, run):
-        return format_html('<span title="{}">{}</span>', run.created_at.isoformat(sep=" ", timespec="seconds"),
-                           display.relative(run.created_at))
-
-    @admin.display(description="duration")
-    def took(self, run):
-        if run.started_at is None:
-            return ""
-        return display.duration(display.between(run.started_at, run.finished_at))
-
-    @admin.display(description="next wake-up")
-    def next_wake_up(self, run):
+        if waiting:
+            parts.append(format_html("{}", waiting if len(waiting) <= 48 else waiting[:47] + "…"))
+        elif current:
+            key, status = current
+            parts.append(format_html('<code>{}</code> <span class="durable-muted">{}</span>',
+                                     key if len(key) <= 32 else key[:31] + "…", status))
         when = getattr(run, "next_wake", None)
-        if when is None:
-            return ""
-        return format_html('<span title="{}">{}</span>', when.isoformat(sep=" ", timespec="seconds"),
-                           display.relative(when))
+        if when is not None:
+            parts.append(format_html('<span class="durable-muted" title="{}">wakes {}</span>',
+                                     when.isoformat(sep=" ", timespec="seconds"), display.relative(when)))
+        return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
+
+    @admin.display(description="created")
+    def created(self, run):
+        """When it was created (sort by the run column: ids are time-ordered) and how long it has taken."""
+        took = "" if run.started_at is None else display.duration(display.between(run.started_at, run.finished_at))
+        return format_html('<span title="{}">{}</span>{}', run.created_at.isoformat(sep=" ", timespec="seconds"),
+                           display.relative(run.created_at),
+                           format_html('<br><span class="durable-muted">took {}</span>', took) if took else "")
 
     @admin.display(description="last error")
     def last_error(self, run):
@@ -318,13 +317,20 @@ class WorkflowRunAdmin(DurableAdmin):
         steps = list(page.object_list)
         items = list(WorkItem.objects.filter(run=run).order_by("id")[:201])
         branch_keys = {item.step_key for item in items if item.kind == WorkItem.Kind.STEP}
+        for item in items:
+            item.delivery = display.delivery(item)
         now = timezone.now()
         for step in steps:
             step.took = display.duration(display.between(step.started_at, step.finished_at)) if step.started_at else ""
-            step.result_text = display.pretty_json(step.result, limit=300)[0] if payloads else ""
+            step.result_text, step.result_long = display.value_text(step.result) if payloads else ("", False)
             step.error_text = display.error_summary(step.error, with_message=payloads, limit=200)
             step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
-            step.can_skip = step.status != Step.Status.COMPLETED and step.kind != Step.Kind.PARALLEL
+            # In a finished run nothing waits or runs any more: a step left so is shown stopped, and
+            # only a failed step may be skipped (the run then goes again from there).
+            step.stopped = run.is_finished and step.status in (Step.Status.RUNNING, Step.Status.WAITING,
+                                                                Step.Status.RETRYING)
+            step.can_skip = step.kind != Step.Kind.PARALLEL and (
+                step.status == Step.Status.FAILED if run.is_finished else step.status != Step.Status.COMPLETED)
             step.can_edit = step.status == Step.Status.COMPLETED and step.kind not in (Step.Kind.SLEEP, Step.Kind.PARALLEL)
         error = run.get_error() if payloads and run.error else None
         context = self.page_context(

@@ -17,8 +17,9 @@ from .display import duration
 
 WIDTH = 960
 LABEL = 230
-RIGHT = 40
+RIGHT = 80
 ROW = 20
+DEADLINE_REACH = 3  # a deadline up to 3 times the drawn span ahead stretches the axis to it
 AXIS = 28
 WAITS = {"sleep", "signal", "event", "child", "parallel"}
 COLOURS = {
@@ -30,11 +31,19 @@ def render(run, steps, *, branch_keys=frozenset(), now: dt.datetime | None = Non
     """Return the SVG (safe HTML) of `steps` (Step rows in seq order) of `run`."""
     now = now or timezone.now()
     start = run.created_at
-    end = run.finished_at or now
+    # What is still open (a wait, a running step) lasts until now, or until the run ended.
+    open_until = run.finished_at or now
+    end = open_until
     for step in steps:
         for moment in (step.started_at, step.finished_at, step.retry_at):
             if moment is not None:
                 start, end = min(start, moment), max(end, moment)
+    # A deadline of something still open is drawn where it is: the axis reaches it, unless it is
+    # so far ahead that the bars would shrink to slivers; then an arrow at the edge points to it.
+    reach = end + (end - start) * DEADLINE_REACH
+    for step in steps:
+        if _still_open(step, run) and step.deadline_at is not None and end < step.deadline_at <= reach:
+            end = step.deadline_at
     span = max((end - start).total_seconds(), 0.001)
     plot = WIDTH - LABEL - RIGHT
 
@@ -69,7 +78,7 @@ def render(run, steps, *, branch_keys=frozenset(), now: dt.datetime | None = Non
         indent = step.key in branch_keys
         parts.append(_label(y, ("↳ " if indent else "") + step.key, indent=indent))
         began = step.started_at or step.finished_at or run.created_at
-        finished = step.finished_at or now
+        finished = open_until if _still_open(step, run) else (step.finished_at or open_until)
         colour = COLOURS.get(step.status, "#607d8b")
         if step.kind == "rollback":
             colour = "#5d4037" if step.status == "completed" else colour
@@ -86,10 +95,15 @@ def render(run, steps, *, branch_keys=frozenset(), now: dt.datetime | None = Non
             parts.append(f'<line x1="{x(finished):.1f}" y1="{y + ROW / 2 - 2:.1f}" x2="{x(step.retry_at):.1f}" '
                          f'y2="{y + ROW / 2 - 2:.1f}" stroke="{colour}" stroke-dasharray="4 3" stroke-width="2">'
                          f'<title>{escape(summary)}</title></line>')
-        if step.deadline_at and step.status in ("running", "waiting"):
-            mark = x(max(min(step.deadline_at, end), start))
-            parts.append(f'<line x1="{mark:.1f}" y1="{y + 1}" x2="{mark:.1f}" y2="{y + ROW - 5}" stroke="#c62828" '
-                         f'stroke-width="2"><title>deadline {step.deadline_at:%Y-%m-%d %H:%M:%S}</title></line>')
+        if step.deadline_at and _still_open(step, run):
+            title = f"deadline {step.deadline_at:%Y-%m-%d %H:%M:%S} UTC"
+            if step.deadline_at <= end:
+                mark = x(max(step.deadline_at, start))
+                parts.append(f'<line x1="{mark:.1f}" y1="{y + 1}" x2="{mark:.1f}" y2="{y + ROW - 5}" '
+                             f'stroke="#c62828" stroke-width="2" class="deadline"><title>{title}</title></line>')
+            else:
+                parts.append(f'<text x="{WIDTH - RIGHT + 2}" y="{y + 12}" class="deadline-ahead" fill="#c62828">'
+                             f'→ {escape(duration((step.deadline_at - now).total_seconds()))}<title>{title}</title></text>')
         if step.attempts > 1:
             parts.append(f'<text x="{min(x(finished) + 4, WIDTH - RIGHT + 4):.1f}" y="{y + 12}" class="attempts">'
                          f'×{step.attempts}</text>')
@@ -98,6 +112,11 @@ def render(run, steps, *, branch_keys=frozenset(), now: dt.datetime | None = Non
         parts.append(f'<text x="8" y="{y + 12}" class="more">… and {total - len(steps)} more entries</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))
+
+
+def _still_open(step, run) -> bool:
+    """A step or wait that has not ended (in a run that has not ended either)."""
+    return step.status in ("running", "waiting") and run.finished_at is None
 
 
 def _label(y: float, text: str, *, bold: bool = False, indent: bool = False) -> str:
