@@ -66,7 +66,7 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
                 )
         now = clock.db_now()
         audit.record(pk, WorkflowEvent.Type.STEP_SKIPPED, by=by, message=f"Step {key!r}", db=db, data={
-            "key": key, "result": text[:AUDIT_CHARS],
+            "key": key, "result": serialization.display_text(text)[:AUDIT_CHARS],  # as people read it
             "previous": None if entry is None else {"status": entry.status, "error": _error_summary(entry.error)},
         })
         if entry is None:
@@ -129,7 +129,8 @@ def edit_step_result(run_id, key: str, result: Any, *, by: str | None = None) ->
                 f"A worker is advancing run {pk} now; edit the step when the run waits or has ended."
             )
         audit.record(pk, WorkflowEvent.Type.STEP_EDITED, by=by, message=f"Step {key!r}", db=db, data={
-            "key": key, "old": (entry.result or "")[:AUDIT_CHARS], "new": text[:AUDIT_CHARS],
+            "key": key, "old": serialization.display_text(entry.result)[:AUDIT_CHARS],
+            "new": serialization.display_text(text)[:AUDIT_CHARS],
         })
         Step.objects.using(db).filter(pk=entry.pk).update(result=text)
         entry.result = text
