@@ -7,7 +7,7 @@ import time
 import uuid
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 
 from . import clock, serialization
@@ -31,6 +31,12 @@ class WorkflowRunQuerySet(models.QuerySet):
 
     def finished(self):
         return self.filter(status__in=WorkflowRun.TERMINAL)
+
+    def back_to_pending(self) -> int:
+        """The runs of these that a worker was advancing wait for the next one (their item was freed)."""
+        return self.filter(status=WorkflowRun.Status.RUNNING).update(
+            status=WorkflowRun.Status.PENDING, updated_at=clock.db_now()
+        )
 
 
 class WorkflowRun(models.Model):
@@ -237,6 +243,32 @@ class WorkItemQuerySet(models.QuerySet):
         """
         return self.filter(Q(claim_expires_at__lt=clock.db_now()) | Q(claim_expires_at__isnull=True),
                            status=WorkItem.Status.PROCESSING)
+
+    # The transitions of a work item, each written once here and called by the reaper, the
+    # SQLite workpool and the operator services (the PostgreSQL statements in workpool/postgres.py
+    # spell the same ones in SQL).
+
+    def free(self, status: str, **fields) -> int:
+        """Drop the claim on these items (any later write by its holder is fenced out) and set `status`."""
+        return self.update(status=status, claim_token=None, claimed_by="", claim_expires_at=None, **fields)
+
+    def requeue(self, **fields) -> int:
+        """Free these items and make them ready now, for the next worker."""
+        return self.free(WorkItem.Status.PENDING, available_at=clock.db_now(), **fields)
+
+    def wake(self) -> int:
+        """Make these items ready now; one being processed is flagged to go again when it ends."""
+        Status = WorkItem.Status
+        return self.update(
+            status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
+            available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
+            wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
+        )
+
+    def end(self, status: str, **fields) -> int:
+        """Free these items with their delivery count reset, as an item that finished its turn."""
+        fields.setdefault("available_at", clock.db_now())
+        return self.free(status, attempts=0, wake=False, **fields)
 
 
 class WorkItem(models.Model):

@@ -27,6 +27,7 @@ from django.db.models import QuerySet
 from . import clock, conf, registry, serialization, workpool
 from .exceptions import DurableError
 from .models import Schedule, WorkflowRun
+from .workpool.runs import create_run
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -147,8 +148,6 @@ def remove(slug: str) -> bool:
 
 def trigger(slug: str) -> WorkflowRun:
     """Start a run of the schedule now, outside its fire times; return it."""
-    from .services import create_run
-
     schedule = get(slug)
     run = create_run(registry.get(schedule.workflow), serialization.decode(schedule.args),
                      serialization.decode(schedule.kwargs), queue=schedule.queue or None)
@@ -257,8 +256,6 @@ def _due_fire_times(schedule: Schedule, now: dt.datetime, grace: dt.timedelta) -
 
 def _start_runs(starts: list[tuple[Schedule, dt.datetime]], db: str) -> int:
     """Create the runs of these fire times, each once: their ids are derived from the fire time."""
-    from .services import create_run
-
     rows = []
     for schedule, fire_time in starts:
         definition = registry.get(schedule.workflow)

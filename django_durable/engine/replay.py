@@ -22,6 +22,7 @@ from ..interrupts import (
     Suspend,
 )
 from ..models import WorkflowRun
+from ..workpool.runs import create_run
 from .alarm import Alarm
 from .context import Context
 from .waits import _as_datetime
@@ -59,8 +60,6 @@ class Session:
 
     def start_child(self, child_id, definition, args, kwargs, detached: bool = False) -> None:
         """Create the child run (idempotent: its id is derived from this run and the key)."""
-        from ..services import create_run
-
         try:
             create_run(definition, list(args), kwargs, run_id=child_id, parent_id=self.claim.run_id,
                        detached=detached)

@@ -18,7 +18,8 @@ from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinishe
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import audit
 from .locks import lock_run, lock_unfinished
-from .runs import _run_pk, _set_deadline, create_run, get_run
+from ..workpool.runs import create_run, set_deadline
+from .runs import _run_pk, get_run
 
 Status = WorkflowRun.Status
 EventType = WorkflowEvent.Type
@@ -79,10 +80,7 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
 
 def _take_item(pk, db: str, status: str) -> None:
     """Set the run's advance item to `status`, taking it from any worker that holds it (fenced out)."""
-    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).update(
-        status=status, claim_token=None, claimed_by="", claim_expires_at=None, wake=False, step_key="",
-        attempts=0, available_at=clock.db_now(),
-    )
+    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).end(status, step_key="")
 
 
 def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
@@ -148,7 +146,7 @@ def restart(run: WorkflowRun, db: str) -> None:
     )
     definition = registry.find(run.workflow)
     if definition is not None and definition.timeout is not None:
-        _set_deadline(run, definition.timeout, db)
+        set_deadline(run, definition.timeout, db)
     _take_item(run.pk, db, WorkItem.Status.PENDING)
     for child_id in unfinished_children:
         child = WorkflowRun.objects.using(db).filter(pk=child_id).values_list("status", flat=True).first()
@@ -267,15 +265,12 @@ def release_claim(item_id: int, *, by: str | None = None) -> bool:
         if item is None:
             return False
         run_id, claimed_by, kind = item
-        released = WorkItem.objects.using(db).filter(pk=item_id, status=WorkItem.Status.PROCESSING).update(
-            status=WorkItem.Status.PENDING, claim_token=None, claimed_by="", claim_expires_at=None,
-            available_at=clock.db_now(), last_error=f"Claim of {claimed_by} released by {by or 'code'}."[:2000],
+        released = WorkItem.objects.using(db).filter(pk=item_id, status=WorkItem.Status.PROCESSING).requeue(
+            last_error=f"Claim of {claimed_by} released by {by or 'code'}."[:2000],
         )
         if released and run_id is not None:
             if kind == WorkItem.Kind.ADVANCE:
-                WorkflowRun.objects.using(db).filter(pk=run_id, status=Status.RUNNING).update(
-                    status=Status.PENDING, updated_at=clock.db_now()
-                )
+                WorkflowRun.objects.using(db).filter(pk=run_id).back_to_pending()
             audit.record(run_id, EventType.CLAIM_RELEASED, by=by, message=f"Taken from worker {claimed_by}.",
                          data={"item": item_id, "kind": kind}, db=db)
         if released:

@@ -91,11 +91,8 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
                 workpool.wake([pk], db=db)
         else:
             # Taken from a worker that may be stuck in the step; the next one replays past it.
-            WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).update(
-                status=WorkItem.Status.PENDING, claim_token=None, claimed_by="", claim_expires_at=None,
-                wake=False, available_at=now,
-            )
-            WorkflowRun.objects.using(db).filter(pk=pk, status=Status.RUNNING).update(status=Status.PENDING)
+            WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).requeue(wake=False)
+            WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending()
             workpool.notify(db)
     run.refresh_from_db()
     return run

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import connections, transaction
-from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value, When
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce
 
 from .. import clock, conf, faults, serialization
@@ -350,9 +350,8 @@ def defer_missing(claim: Claim, what: str) -> str:
     since = ExpressionWrapper(now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())
     with transaction.atomic(using=claim.db):
         # Within the grace (or the first miss, with no stamp yet): hand it back.
-        handed_back = claim.fence().exclude(missing_since__lte=since).update(
-            status=Status.PENDING, claim_token=None, claimed_by="", claim_expires_at=None,
-            attempts=F("attempts") - 1, wake=False,
+        handed_back = claim.fence().exclude(missing_since__lte=since).free(
+            Status.PENDING, attempts=F("attempts") - 1, wake=False,
             available_at=ExpressionWrapper(now + Value(delay), output_field=DateTimeField()),
             missing_since=Coalesce(F("missing_since"), now),
             last_error=f"Worker {claim.worker} does not have {what}; left for a worker that has it."[:2000],
@@ -379,10 +378,7 @@ def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[
     """
     record_steps(claim, records)
     with transaction.atomic(using=claim.db):
-        if not claim.fence().update(
-            status=Status.COMPLETED, claim_token=None, claimed_by="", claim_expires_at=None,
-            attempts=0, wake=False, step_key="", available_at=clock.db_now(),
-        ):
+        if not claim.fence().end(Status.COMPLETED, step_key=""):
             claim.lost = True
             return False
         evidence.keep(claim.run_id, attempt=claim.run.attempt, status=RunStatus.FAILED, error=error, db=claim.db)
@@ -442,11 +438,7 @@ def wake(run_ids, *, db: str) -> int:
     """
     if not isinstance(run_ids, (list, tuple, set)):
         run_ids = [run_ids]
-    woken = WorkItem.objects.using(db).filter(run_id__in=run_ids, kind=WorkItem.Kind.ADVANCE).update(
-        status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
-        available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
-        wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
-    )
+    woken = WorkItem.objects.using(db).filter(run_id__in=run_ids, kind=WorkItem.Kind.ADVANCE).wake()
     notify(db)
     return woken
 
@@ -481,17 +473,10 @@ def reap(*, db: str, batch: int = 100) -> int:
         poison = [r for r in rows if r[2] >= max_deliveries]
         again = [r for r in rows if r[2] < max_deliveries]
         if again:
-            WorkItem.objects.using(db).expired().filter(id__in=[r[0] for r in again]).update(
-                status=Status.PENDING,
-                claim_token=None,
-                claimed_by="",
-                claim_expires_at=None,
-                available_at=clock.db_now(),
+            WorkItem.objects.using(db).expired().filter(id__in=[r[0] for r in again]).requeue(
                 last_error="Its worker was lost (it died, or its lease ran out) before it finished; delivered again.",
             )
-            WorkflowRun.objects.using(db).filter(
-                id__in=[r[1] for r in again], status=RunStatus.RUNNING
-            ).update(status=RunStatus.PENDING, updated_at=clock.db_now())
+            WorkflowRun.objects.using(db).filter(id__in=[r[1] for r in again]).back_to_pending()
             notify(db)
         for item_id, run_id, attempts, claimed_by, step_key in poison:
             _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key)
@@ -538,9 +523,7 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
         f"worker was {claimed_by!r}. It ran out of deliveries (DURABLE_MAX_DELIVERIES="
         f"{conf.get('MAX_DELIVERIES')})."
     )
-    changed = WorkItem.objects.using(db).expired().filter(id=item_id).update(
-        status=Status.FAILED, claim_token=None, claim_expires_at=None, last_error=message
-    )
+    changed = WorkItem.objects.using(db).expired().filter(id=item_id).free(Status.FAILED, last_error=message)
     if changed and run_id is not None:
         failed = WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
             status=RunStatus.FAILED,

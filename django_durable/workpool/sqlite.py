@@ -122,15 +122,8 @@ def _consume(claim, records) -> None:
 
 
 def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:
-    if not claim.fence().update(
-        status=item_status,
-        available_at=available_at or clock.db_now(),
-        claim_token=None,
-        claimed_by="",
-        claim_expires_at=None,
-        attempts=0,
-        wake=False,
-        missing_since=None,
+    if not claim.fence().end(
+        item_status, available_at=available_at or clock.db_now(), missing_since=None,
         step_key=Case(When(kind=WorkItem.Kind.ADVANCE, then=Value("")), default=F("step_key")),
     ):
         return False
