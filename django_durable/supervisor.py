@@ -45,14 +45,16 @@ class Supervisor:
             if slot is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
+            stopping = self.signals_received or (self.worker_options.get("burst") and code == 0)
+            # The death is logged first, so the line is there however long taking its claims back takes.
+            if code == EXIT_REPLACE and not stopping:
+                logger.warning("Worker process %d asked to be replaced; starting a new one.", pid)
+            elif code != 0 and not stopping:
+                logger.error("Worker process %d %s; starting a replacement.", pid, _ended(code))
             if code not in (0, EXIT_REPLACE):
                 self._bury(pid, code)
-            if self.signals_received or (self.worker_options.get("burst") and code == 0):
+            if stopping:
                 continue
-            if code == EXIT_REPLACE:
-                logger.warning("Worker process %d asked to be replaced; starting a new one.", pid)
-            else:
-                logger.error("Worker process %d %s; starting a replacement.", pid, _ended(code))
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < 10] + [now]
             if len(restarts) > 5 * self.concurrency:
