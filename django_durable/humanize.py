@@ -106,3 +106,15 @@ def _days(field: str) -> str:
 def _month(token: str) -> str:
     token = token.lower()
     return _MONTHS[(_MONTH_NAMES[token[:3]] if token[:3] in _MONTH_NAMES else int(token)) - 1]
+
+
+def short_id(pk) -> str:
+    """The last 8 hex digits of a run's id, as the admin, the example and the command line show
+    it: a UUIDv7 starts with the clock, so its end tells the runs of a minute apart."""
+    return str(pk).replace("-", "")[-8:]
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """'Type: message' on one line: a log line per event, however many lines a driver's message has."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}"

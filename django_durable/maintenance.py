@@ -16,6 +16,7 @@ import time
 
 from . import clock, conf, schedules, workpool
 from .engine import alarm
+from .humanize import one_line
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -90,7 +91,7 @@ class Maintenance(threading.Thread):
                             if due_in is not None:
                                 self.expect_timer(due_in)
                 except DB_ERRORS as exc:
-                    logger.warning("Database error in maintenance of %s: %s", worker.name, " ".join(str(exc).split())[:500])
+                    logger.warning("Database error in maintenance of %s: %s", worker.name, one_line(exc))
                     close_connection(worker.db)
                 except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
                     logger.exception("Maintenance of worker %s failed; going on.", worker.name)

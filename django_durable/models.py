@@ -11,6 +11,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 
 from . import clock, serialization
+from .humanize import short_id
 
 
 def uuid7() -> uuid.UUID:
@@ -121,10 +122,8 @@ class WorkflowRun(models.Model):
 
     @property
     def short_id(self) -> str:
-        """The last 8 hex digits of the id, as the admin and the example show it: a UUIDv7 starts
-        with the clock, so its start is the same for every run of a minute. The command line
-        takes it in place of the whole id."""
-        return self.pk.hex[-8:]
+        """The end of the id the admin, the example and the command line show (humanize.short_id)."""
+        return short_id(self.pk)
 
     def __str__(self) -> str:
         return f"{self.workflow} {self.id} ({self.status})"

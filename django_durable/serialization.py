@@ -35,10 +35,11 @@ def encode(value: Any, *, what: str = "value", max_bytes: int | None = None) -> 
     return text
 
 
-def dumps(plain: Any, *, indent: int | None = None) -> str:
+def dumps(plain: Any, *, indent: int | None = None, spaced: bool = False) -> str:
     """JSON text of plain JSON values that can be stored and sent as UTF-8: non-ASCII as it is,
-    unless the value holds a lone surrogate (valid JSON, not UTF-8): then all of it is escaped."""
-    separators = (",", ":") if indent is None else (",", ": ")
+    unless the value holds a lone surrogate (valid JSON, not UTF-8): then all of it is escaped.
+    `spaced` puts a space after commas and colons on one line, for people (it wraps between items)."""
+    separators = (", ", ": ") if spaced else (",", ":") if indent is None else (",", ": ")
     text = json.dumps(plain, ensure_ascii=False, separators=separators, indent=indent)
     if not text.isascii():
         try:
@@ -69,11 +70,12 @@ def display(text: str | None) -> Any:
 
 
 def display_text(text: str | None, *, indent: int | None = None) -> str:
-    """display() as JSON text; stored text that is not JSON is returned as it is."""
+    """display() as JSON text for people: on one line with a space after commas and colons, or
+    indented; stored text that is not JSON is returned as it is."""
     if text is None:
         return ""
     try:
-        return dumps(display(text), indent=indent)
+        return dumps(display(text), indent=indent, spaced=indent is None)
     except ValueError:
         return text
 

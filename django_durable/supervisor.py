@@ -11,6 +11,7 @@ import time
 from django.db import DatabaseError, connections
 
 from . import conf, workpool
+from .humanize import one_line
 from .worker import EXIT_REPLACE, Worker, process_name
 
 logger = logging.getLogger("django_durable.worker")
@@ -72,7 +73,7 @@ class Supervisor:
                                              db=self.worker_options.get("db") or conf.get("DATABASE"))
         except DatabaseError as exc:
             logger.warning("Could not take back the claims of dead worker %s (%s); they return when their "
-                           "leases run out.", name, exc)
+                           "leases run out.", name, one_line(exc))
         else:
             if claims:
                 logger.warning("Took back %d claim(s) of dead worker %s.", claims, name)

@@ -16,6 +16,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from . import conf, schedules, serialization, workpool
 from .checks import check_sqlite_journal
+from .humanize import one_line
 from .engine import alarm
 from .engine.branches import run_branch
 from .engine.replay import advance
@@ -254,12 +255,6 @@ def refused(exc: BaseException) -> bool:
 
     cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
     return isinstance(cause, (DataError, IntegrityError))
-
-
-def one_line(exc: BaseException, limit: int = 500) -> str:
-    """'Type: message' on one line: a log line per event, however many lines a driver's message has."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:

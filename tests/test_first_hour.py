@@ -171,6 +171,25 @@ def test_retrying_a_failed_run_keeps_every_attempts_error_on_the_page_and_in_the
     assert page.count("Attempt 1 ended failed: StepFailed: Step &#x27;b&#x27; failed") == 2, page
 
 
+
+def test_retrying_a_parent_keeps_the_error_of_the_child_it_retries_with_it(api, tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    parent = durable.start("tests.flaky_parent", str(flag))
+    for _ in range(3):
+        drain()
+    child = WorkflowRun.objects.get(parent=parent.pk)
+    assert child.status == "failed"
+    flag.unlink()
+    durable.retry_run(parent.pk)
+    for _ in range(3):
+        drain()
+    child.refresh_from_db()
+    assert child.status == "completed" and child.error is None
+    errors = api.get(f"{API}workflows/{child.pk}/").json()["errors"]
+    assert [(e["step"], e["current"]) for e in errors] == [("work", False), (None, False)], errors
+    assert "work is broken while broken exists" in errors[0]["message"]
+
 # -- 4. workers say what happens -------------------------------------------------------------------
 
 

@@ -153,9 +153,12 @@ def test_skip_a_failed_step_records_its_result_and_goes_on(flag):
     run = run_of(run)
     assert run.status == "completed" and run.get_result() == ["a", "patched", "c"]
     assert ledger_counts(run.pk) == {"a": 1, "b": 1, "c": 1}
-    event = WorkflowEvent.objects.get(run_id=run.pk)
+    assert events(run) == [("step_skipped", "dan"), ("attempt_ended", "")]  # the failed run's error is kept
+    event = WorkflowEvent.objects.get(run_id=run.pk, type="step_skipped")
     assert (event.type, event.actor, event.data["key"]) == ("step_skipped", "dan", "b")
     assert "is broken while broken exists" in event.data["previous"]["error"]
+    ended = WorkflowEvent.objects.get(run_id=run.pk, type="attempt_ended").data
+    assert (ended["status"], ended["error"]["type"]) == ("failed", "django_durable.exceptions.StepFailed")
 
 
 def test_skip_a_wait_for_a_signal_that_will_not_come():

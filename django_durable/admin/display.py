@@ -8,18 +8,13 @@ import re
 from django.utils.html import format_html, format_html_join
 
 from .. import serialization
-from ..humanize import between, describe_cron, duration, humanize_interval, relative  # noqa: F401 - the admin's helpers
+from ..humanize import between, describe_cron, duration, humanize_interval, relative, short_id  # noqa: F401 - the admin's helpers
 
 TRUNCATE_CHARS = 3000  # pretty JSON beyond this is cut, with a link to see it all
 
 
 def status_badge(status: str, label: str | None = None):
     return format_html('<span class="durable-badge durable-{}">{}</span>', status, label or status.replace("_", " "))
-
-
-def short_id(pk) -> str:
-    """The last 8 hex digits: the random part of a time-ordered id (its first digits are the clock)."""
-    return str(pk).replace("-", "")[-8:]
 
 
 def pretty_json(text: str | None, *, limit: int | None = TRUNCATE_CHARS) -> tuple[str, bool]:
@@ -61,10 +56,7 @@ def value_text(text: str | None) -> tuple[str, bool]:
     pretty-printed and cut at TRUNCATE_CHARS."""
     if text is None:
         return "", False
-    try:
-        compact = json.dumps(serialization.display(text), ensure_ascii=False, separators=(", ", ": "))
-    except ValueError:
-        compact = text
+    compact = serialization.display_text(text)
     if len(compact) <= SHORT_VALUE_CHARS:
         return compact, False
     return pretty_json(text, limit=TRUNCATE_CHARS)[0], True

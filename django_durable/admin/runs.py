@@ -343,7 +343,7 @@ class WorkflowRunAdmin(DurableAdmin):
             error=error, error_summary=display.error_summary(run.error, with_message=payloads, limit=300)
             if run.is_finished else "",
             attempt_errors=[dict(entry, short_type=entry["type"].rpartition(".")[2])
-                            for entry in evidence.history(run, db=run._state.db or "default")] if payloads else [],
+                            for entry in evidence.history(run, db=run._state.db)] if payloads else [],
             steps=steps, steps_page=page, steps_total=page.paginator.count,
             timeline=timeline.render(run, steps, branch_keys=branch_keys, now=now, total=page.paginator.count)
             if steps or run.started_at else None,

@@ -133,8 +133,7 @@ def _missing_function(claim, spec, policy, then) -> str:
 
 
 def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> str:
-    error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)), attempt=attempt,
-                                      earlier=_earlier(claim))
+    error = _error(exc, attempt=attempt, earlier=_earlier(claim))
     signal_args = {"run_id": claim.run_id, "key": claim.step_key, "error": serialization.decode(error),
                    "attempt": attempt}
     # Interrupted by (or stopped for) its run's cancel: fails for good, so that its group ends
@@ -179,5 +178,5 @@ def _earlier(claim) -> str | None:
     return entry[6] if entry is not None else None
 
 
-def _error(exc: BaseException) -> str:
-    return serialization.dumps_error(exc, "".join(traceback.format_exception(exc)))
+def _error(exc: BaseException, **kwargs) -> str:
+    return serialization.dumps_error(exc, "".join(traceback.format_exception(exc)), **kwargs)

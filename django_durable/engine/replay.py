@@ -346,14 +346,15 @@ def _retry_run(claim, run, session, exc, definition) -> str:
     policy = definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY"))
     retry_at = session.now() + dt.timedelta(seconds=policy.backoff(run.attempt))
     records = session.take_pending()
-    if not workpool.retry_run(claim, retry_at=retry_at, error=_error_text(exc), records=records,
+    error = _error_text(exc)
+    if not workpool.retry_run(claim, retry_at=retry_at, error=error, records=records,
                               waiting_on=f"retry of the run (attempt {run.attempt + 1} of {run.max_attempts}) "
                                          f"at {retry_at:%Y-%m-%d %H:%M:%S} UTC"):
         return "lost"
     session.committed(records)
     logger.warning("Run %s of %s: attempt %d of %d failed (%s); it goes again from its last checkpoint at %s UTC.",
                    claim.run_id, run.workflow, run.attempt, run.max_attempts,
-                   serialization.error_line(_error_text(exc, with_traceback=False)), f"{retry_at:%H:%M:%S}")
+                   serialization.error_line(error), f"{retry_at:%H:%M:%S}")
     return "retrying"
 
 

@@ -97,9 +97,9 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
         check_restartable(run, db)
-        evidence.keep(pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at, db=db)
-        audit.record(pk, EventType.RETRIED, by=by, data={"from": run.status}, db=db)
+        previous = run.status
         restart(run, db)
+        audit.record(pk, EventType.RETRIED, by=by, data={"from": previous}, db=db)
     run.refresh_from_db()
     return run
 
@@ -128,7 +128,11 @@ def check_restartable(run: WorkflowRun, db: str, *, rollback: bool = False) -> N
 
 
 def restart(run: WorkflowRun, db: str) -> None:
-    """Put a locked, finished run back in the queue at its last checkpoint (and its failed children)."""
+    """Put a locked, finished run back in the queue at its last checkpoint (and its failed children).
+
+    What it erases (its error, its failed steps) is first kept in an "attempt ended" audit entry.
+    """
+    evidence.keep(run.pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at, db=db)
     now = clock.db_now()
     unfinished_children = [
         uuid.uuid5(run.pk, key)
@@ -153,8 +157,6 @@ def restart(run: WorkflowRun, db: str) -> None:
         if child in RETRYABLE:
             child_run = lock_run(child_id, db)
             check_restartable(child_run, db)
-            evidence.keep(child_id, attempt=child_run.attempt, status=child_run.status, error=child_run.error,
-                          finished_at=child_run.finished_at, db=db)
             restart(child_run, db)
     workpool.notify(db)
 

@@ -138,7 +138,7 @@ def _no_worker_hint(run: WorkflowRun, db: str) -> str:
 
     live = Worker.objects.using(db).filter(stopped_at__isnull=True, last_seen__gte=live_workers_since())
     queues = list(live.values_list("queues", flat=True)[:100])
-    run_queue = WorkflowRun.objects.using(db).filter(pk=run.pk).values_list("queue", flat=True).first()
+    run_queue = run.queue
     if any(not served or run_queue in served.split(",") for served in queues):
         return ""
     if not queues:
