@@ -227,11 +227,13 @@ class Step(models.Model):
 
 
 class WorkItemQuerySet(models.QuerySet):
-    def ready(self, queues=None):
-        """Pending items whose time has come, in claim order."""
+    def ready(self, queues=None, avoid=()):
+        """Pending items whose time has come, in claim order (leaving out the ids in `avoid`)."""
         qs = self.filter(status=WorkItem.Status.PENDING, available_at__lte=clock.db_now())
         if queues:
             qs = qs.filter(queue__in=queues)
+        if avoid:
+            qs = qs.exclude(id__in=avoid)
         return qs.order_by("-priority", "available_at", "id")
 
     def expired(self):

@@ -57,6 +57,7 @@ class Worker:
         self.stop_deadline: float | None = None
         self._current: workpool.Claim | None = None
         self._next: workpool.Claim | None = None  # claimed by the statement that ended the last item
+        self._declined: dict[int, float] = {}  # item id -> until when (monotonic) others go first
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -141,12 +142,20 @@ class Worker:
 
     def _chain(self) -> workpool.ClaimRequest | None:
         """What to claim in the statement that ends the current item: nothing once stopping."""
-        return None if self._stopping.is_set() else workpool.ClaimRequest(self.name, self.queues)
+        return None if self._stopping.is_set() else workpool.ClaimRequest(self.name, self.queues, self._avoid())
+
+    def _avoid(self) -> tuple[int, ...]:
+        """The items this worker handed back for lack of their code, while a worker that has it goes first."""
+        if not self._declined:
+            return ()
+        now = time.monotonic()
+        self._declined = {item: until for item, until in self._declined.items() if until > now}
+        return tuple(sorted(self._declined))
 
     def _run_once(self) -> bool:
         claim, self._next = self._next, None
         if claim is None:
-            claim = workpool.claim(worker=self.name, queues=self.queues, db=self.db)
+            claim = workpool.claim(worker=self.name, queues=self.queues, db=self.db, avoid=self._avoid())
         if claim is None:
             return False
         with self._current_lock:
@@ -165,6 +174,8 @@ class Worker:
                 claim.lost, outcome = True, "lost"
             if outcome == "lost":
                 report_lost(claim, self.name, "abandoned it")
+            elif outcome == "deferred":
+                self._declined[claim.item_id] = time.monotonic() + 2 * workpool.missing_code_delay()
         except DB_ERRORS as exc:
             if refused(exc):
                 self._fail_refused(claim, exc)

@@ -60,8 +60,18 @@ class WorkerProcess:
         try:
             return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.dump_stacks()
             self.kill()
             pytest.fail(f"Worker {self.pid} did not exit within {timeout}s. Log:\n{self.log()}")
+
+    def dump_stacks(self) -> None:
+        """Every thread of every process of the group prints where it is (faulthandler, on
+        SIGABRT), so a hang seen once in CI says where it hung."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGABRT)
+            self.popen.wait(timeout=3)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
 
     def running(self) -> bool:
         return self.popen.poll() is None
@@ -85,6 +95,7 @@ def worker_env(transactional_db):
         DURABLE_POLL_INTERVAL="0.1",
         DURABLE_LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",  # see WorkerProcess.dump_stacks
     )
     env.pop("DURABLE_FAULTS", None)
     return env

@@ -95,3 +95,24 @@ def test_past_the_grace_the_branch_fails_naming_its_function(monkeypatch, settin
     run = run_of(run)
     assert run.status == "failed"
     assert "tests.testapp.workflows.square" in run.get_error()["message"]
+
+
+def test_a_worker_that_declined_an_item_lets_a_worker_with_the_code_take_it_first(without_workflow, monkeypatch):
+    """A rolling deploy: the old worker does not race the new one for the run it just handed back."""
+    from django_durable.worker import Worker
+
+    run = durable.start(workflows.three_steps, x=1)
+    old = Worker(name="old-release", burst=True)
+    assert old._run_once()  # claimed, and handed back: it lacks the workflow
+    item = WorkItem.objects.get(run=run)
+    assert item.status == "pending" and item.missing_since is not None
+    WorkItem.objects.filter(pk=item.pk).update(available_at=item.created_at)  # its delay is over
+    assert not old._run_once()  # the old worker leaves it alone a while...
+    assert WorkItem.objects.get(pk=item.pk).status == "pending"
+    monkeypatch.setitem(registry._registry, "tests.three_steps", workflows.three_steps.durable_workflow)
+    new = workpool.claim(worker="new-release", queues=None, db="default")
+    assert new is not None and new.item_id == item.pk  # ...and the new one takes it
+    assert advance(new) == "completed"
+    assert durable.wait(run.pk, timeout=1) == [1, 2, 3]
+    old._declined = {item.pk: 0.0}  # once its turn is over, the old worker may claim it again
+    assert old._avoid() == ()

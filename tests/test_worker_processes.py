@@ -423,7 +423,7 @@ def test_reload_restarts_the_worker_when_a_python_file_of_the_project_changes(st
 
     from tests.conftest import ROOT
 
-    worker = start_worker("--reload", burst=False)
+    worker = start_worker("--reload", "--grace", "5", burst=False)
     wait_for(lambda: worker.log().count("started (queues") == 1, message="the first worker")
     first = durable.start("tests.three_steps", x=1)
     assert durable.wait(first.pk, timeout=15) == [1, 2, 3]
@@ -436,3 +436,18 @@ def test_reload_restarts_the_worker_when_a_python_file_of_the_project_changes(st
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log()
     assert worker.log().count("stopped after") == 2
+    assert "did not stop" not in worker.log()
+
+
+def test_sigterm_to_a_reloading_worker_lets_the_step_finish(start_worker, tmp_path):
+    """The reloader passes one SIGTERM on, once: the worker stops gently (the old one sent two,
+    which is the "exit at once" of a second Ctrl-C, so the step in flight was cut off)."""
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 1.5, str(reached))
+    worker = start_worker("--reload", burst=False)
+    wait_for(reached.exists, message="step b to start")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.log()
+    assert "mid-step" not in worker.log()
+    assert ledger_counts(run.pk) == {"a": 1, "b": 1}  # b finished; c never started
+    assert run_of(run).status == "pending"

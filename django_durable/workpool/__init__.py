@@ -143,15 +143,17 @@ def _valid_until(started: float) -> float:
 
 @dataclass(frozen=True)
 class ClaimRequest:
-    """What a worker asks for when it claims: who it is and which queues it serves."""
+    """What a worker asks for when it claims: who it is, which queues it serves, and the items it
+    just declined for lack of their code (`avoid`: the workers that have it go first)."""
 
     worker: str
     queues: list[str] | None
+    avoid: tuple[int, ...] = ()
 
 
-def claim(*, worker: str, queues: list[str] | None, db: str) -> Claim | None:
-    """Claim the next ready work item for `worker`; return the Claim (with its run) or None."""
-    return _claimed(db, ClaimRequest(worker, queues), lambda then: _backend(db).claim(**then))
+def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, ...] = ()) -> Claim | None:
+    """Claim the next ready work item for `worker` (not one in `avoid`); return the Claim (with its run) or None."""
+    return _claimed(db, ClaimRequest(worker, queues, avoid), lambda then: _backend(db).claim(**then))
 
 
 def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
@@ -162,7 +164,7 @@ def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
     token = uuid.uuid4()
     started = time.monotonic()
     row = run({"worker": request.worker[:200], "queues": request.queues, "db": db, "token": token,
-               "lease": lease_seconds()})
+               "lease": lease_seconds(), "avoid": request.avoid})
     if row is None:
         return None
     answered = time.monotonic()
@@ -334,6 +336,13 @@ def recorded(claim: Claim, records: list[StepRecord]) -> bool:
     return all(found.get(r.key) == r.status for r in records)
 
 
+def missing_code_delay() -> float:
+    """Seconds an item handed back for lack of its code waits before it is ready again. The
+    worker that handed it back then avoids it as long again, so that a worker with the code,
+    polling meanwhile, takes it first instead of racing the one without it."""
+    return max(0.05, min(5.0, float(conf.get("MISSING_CODE_GRACE_SECONDS")) / 4))
+
+
 def defer_missing(claim: Claim, what: str) -> str:
     """Hand back an item whose code (`what`) this worker lacks, for a worker that has it; fenced.
 
@@ -345,7 +354,7 @@ def defer_missing(claim: Claim, what: str) -> str:
     grace = float(conf.get("MISSING_CODE_GRACE_SECONDS"))
     if grace <= 0:
         return "expired"  # the caller's fenced failure finds out if the claim is lost
-    delay = dt.timedelta(seconds=max(0.05, min(5.0, grace / 4)))
+    delay = dt.timedelta(seconds=missing_code_delay())
     now = clock.db_now()
     since = ExpressionWrapper(now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())
     with transaction.atomic(using=claim.db):

@@ -76,17 +76,17 @@ def _execute(db: str, sql: str, params):
         return _execute(db, sql, params)
 
 
-def _pick(queues, db) -> tuple[str, list]:
+def _pick(queues, db, avoid=()) -> tuple[str, list]:
     """SQL that locks the next ready item, built by the ORM's select_for_update(skip_locked=True).
 
     SKIP LOCKED: claimers never wait for each other, each takes the next row nobody holds.
     NO KEY UPDATE: the lock does not block inserts that reference the row.
     """
-    key = (db, tuple(queues or ()), clock.now_sql("postgresql"))
+    key = (db, tuple(queues or ()), clock.now_sql("postgresql"), avoid)
     if key not in _pick_cache:
         locked = (
             WorkItem.objects.using(db)
-            .ready(queues)
+            .ready(queues, avoid)
             .select_for_update(skip_locked=True, no_key=True)
             .values("id")[:1]
         )
@@ -99,14 +99,14 @@ def _pick(queues, db) -> tuple[str, list]:
     return _pick_cache[key]
 
 
-def _claim_parts(*, worker, queues, db, token, lease, exclude=()) -> tuple[str, str, list]:
+def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=()) -> tuple[str, str, list]:
     """The CTEs that claim the next ready item and mark its run, and the SELECT that reads them.
 
     They stand alone (a claim) or follow the CTEs that end a previous advance, so that one
     statement and one commit both finish a run and claim the next.
     """
     now = clock.now_sql("postgresql")
-    pick_sql, pick_params = _pick(queues, db)
+    pick_sql, pick_params = _pick(queues, db, avoid)
     # After CTEs that end an item, the pick sees the rows as they were before the statement; a
     # row may not be changed twice in one statement, so the claim leaves alone the items of the
     # runs those CTEs touch (which are then claimed by a statement of their own).
@@ -162,8 +162,8 @@ def _claimed(row):
     return item_id, kind, run_id, step_key, attempts, db_now, run, row[15:18]
 
 
-def claim(*, worker, queues, db, token, lease):
-    ctes, select, params = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease)
+def claim(*, worker, queues, db, token, lease, avoid=()):
+    ctes, select, params = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease, avoid=avoid)
     return _claimed(_execute(db, f"WITH {ctes} {select}", params)[0])
 
 

@@ -22,13 +22,13 @@ _COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
 _ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
 
 
-def claim(*, worker, queues, db, token, lease):
+def claim(*, worker, queues, db, token, lease, avoid=()):
     from . import RunState, lease_expiry
 
     # Compare-and-set: the UPDATE only matches the row while it is still pending, so of two
     # workers racing for a row exactly one changes it; the other tries the next row.
     for _ in range(3):
-        candidate = WorkItem.objects.using(db).ready(queues).values_list("id", flat=True).first()
+        candidate = WorkItem.objects.using(db).ready(queues, avoid).values_list("id", flat=True).first()
         if candidate is None:
             return None
         changed = WorkItem.objects.using(db).filter(id=candidate, status=WorkItem.Status.PENDING).update(
