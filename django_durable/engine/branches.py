@@ -45,19 +45,19 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
     entry = claim.run.journal[0] if claim.run.journal else None
     attempt = 1
     deadline = None
-    if entry is not None and entry[4] in ("completed", "failed"):
+    if entry is not None and entry.status in ("completed", "failed"):
         # Recorded by an earlier attempt of the run (which was retried from its last
         # checkpoint): count the recorded outcome off the new group, never run it again.
-        record = _record(claim, spec, entry[4], entry[5], entry[6], entry[7])
-        failed = entry[4] == "failed"
+        record = _record(claim, spec, entry.status, entry.result, entry.error, entry.attempts)
+        failed = entry.status == "failed"
         fail_fast = failed and not spec.get("return_exceptions", False)
         if not _write(workpool.finish_branch, claim, record, failed=failed, fail_fast=fail_fast, then=then()):
             return "lost"
         return "replayed"
-    if entry is not None and entry[4] == "retrying":
-        attempt = entry[7] + 1
-    elif entry is not None and entry[4] == "running":
-        attempt, deadline = entry[7], _as_datetime(entry[8])
+    if entry is not None and entry.status == "retrying":
+        attempt = entry.attempts + 1
+    elif entry is not None and entry.status == "running":
+        attempt, deadline = entry.attempts, _as_datetime(entry.deadline_at)
         if deadline is not None and claim.db_passed(deadline):
             problem = problem or StepTimeout(
                 f"Branch {claim.step_key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC; "
@@ -128,7 +128,7 @@ def _missing_function(claim, spec, policy, then) -> str:
         f"in a module that your workflows.py imports."
     )
     entry = claim.run.journal[0] if claim.run.journal else None
-    attempt = entry[7] if entry is not None and entry[4] == "running" else 1
+    attempt = entry.attempts if entry is not None and entry.status == "running" else 1
     return _failed(claim, spec, policy, attempt, exc, claim.db_now(), then)
 
 
@@ -175,7 +175,7 @@ def _record(claim, spec, status, result, error, attempt, started=None, deadline=
 def _earlier(claim) -> str | None:
     """The error of the branch's last failed attempt (with those before it), kept on its later entries."""
     entry = claim.run.journal[0] if claim.run.journal else None  # the branch's own entry, if any
-    return entry[6] if entry is not None else None
+    return entry.error if entry is not None else None
 
 
 def _error(exc: BaseException, **kwargs) -> str:

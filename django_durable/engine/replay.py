@@ -56,7 +56,7 @@ class Session:
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
         self.then: Callable[[], workpool.ClaimRequest | None] = lambda: None
         self.rolling_back = False  # compensations run even after a cancel request
-        self._children = {str(child_id): rest for child_id, *rest in (claim.run.children if claim.run else [])}
+        self._children = {str(c.id): (c.status, c.result, c.error) for c in (claim.run.children if claim.run else [])}
 
     def start_child(self, child_id, definition, args, kwargs, detached: bool = False) -> None:
         """Create the child run (idempotent: its id is derived from this run and the key)."""
@@ -77,14 +77,14 @@ class Session:
         clock) counts: one that came after the wait timed out is left for a later wait, even
         when no worker replayed the run in between.
         """
-        for index, (message_id, message_kind, message_name, target_key, payload, created_at) in enumerate(self.messages):
-            if message_kind != kind:
+        for index, message in enumerate(self.messages):
+            if message.kind != kind:
                 continue
-            if (kind == "signal" and message_name == name) or (kind == "event" and target_key == key):
-                if before is not None and _as_datetime(created_at) > before:
+            if (kind == "signal" and message.name == name) or (kind == "event" and message.target_key == key):
+                if before is not None and _as_datetime(message.created_at) > before:
                     continue
                 del self.messages[index]
-                return message_id, payload
+                return message.id, message.payload
         return None
 
     def now(self):
@@ -221,9 +221,9 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     if session.deadline is not None and session.passed(session.deadline):
         return _timed_out(claim, run, session)
     journal = {
-        key: workpool.StepRecord(key, seq, kind, name, status, result, error, attempts, None, None,
-                                 deadline_at, retry_at, match)
-        for key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at, match in run.journal
+        e.key: workpool.StepRecord(e.key, e.seq, e.kind, e.name, e.status, e.result, e.error, e.attempts, None, None,
+                                   e.deadline_at, e.retry_at, e.match)
+        for e in run.journal
     }
     if not journal and run.attempt == 1:
         logger.info("Run %s of %s started (delivery %d).", claim.run_id, run.workflow, claim.attempts)

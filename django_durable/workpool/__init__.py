@@ -25,6 +25,7 @@ from ..interrupts import LeaseLost
 from ..models import Step, Timer, WorkflowRun, WorkItem
 from . import cancelling, evidence, postgres, sqlite
 from ..journal import StepRecord
+from .rows import Child, Entry, Message
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -44,12 +45,9 @@ class RunState:
     max_attempts: int
     deadline_at: dt.datetime | None
     cancel_requested: bool
-    # per recorded entry: [key, seq, kind, name, status, result, error, attempts, deadline_at, retry_at, match]
-    journal: list
-    # per unconsumed message, oldest first: [id, kind, name, target_key, payload, created_at]
-    messages: list
-    # per finished child run: [id, status, result, error]
-    children: list = field(default_factory=list)
+    journal: list[Entry]  # every recorded entry of the run (for a branch, its own)
+    messages: list[Message]  # unconsumed, oldest first
+    children: list[Child] = field(default_factory=list)  # the finished ones
 
 
 @dataclass
@@ -168,14 +166,13 @@ def _claimed(db: str, request: ClaimRequest | None, run) -> Claim | None:
     if row is None:
         return None
     answered = time.monotonic()
-    item_id, kind, run_id, step_key, attempts, db_time, state, (function, item_input, group) = row
     result = Claim(
-        item_id=item_id, kind=kind, run_id=run_id, step_key=step_key, attempts=attempts,
+        item_id=row.item_id, kind=row.kind, run_id=row.run_id, step_key=row.step_key, attempts=row.attempts,
         token=token, worker=request.worker, db=db, valid_until=_valid_until(started),
         # SQLite's clock is this machine's, read after the statement: exact, not a bracket.
-        db_time=db_time, sent_at=started if _backend(db) is postgres else answered, db_time_at=answered, run=state,
-        cancel_requested=bool(state and state.cancel_requested),
-        function=function or "", input=item_input, group=group or "",
+        db_time=row.db_now, sent_at=started if _backend(db) is postgres else answered, db_time_at=answered,
+        run=row.run, cancel_requested=bool(row.run and row.run.cancel_requested),
+        function=row.function or "", input=row.input, group=row.group or "",
     )
     if faults.active:
         faults.hit("after_claim_commit", result.step_key)

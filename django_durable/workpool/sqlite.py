@@ -16,6 +16,7 @@ from django.db.models.functions import Coalesce
 from .. import clock
 from ..models import SignalMessage, Step, Timer, WorkflowRun, WorkItem
 from ..journal import STEP_COLUMNS, UPSERT
+from .rows import Child, Claimed, Entry, Message
 
 _STEP_FIELDS = [Step._meta.get_field(name.removesuffix("_id")) for name, _ in STEP_COLUMNS]
 _COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
@@ -64,23 +65,22 @@ def claim(*, worker, queues, db, token, lease, avoid=()):
             steps = Step.objects.using(db).filter(run_id=run_id)
             if kind != WorkItem.Kind.ADVANCE:
                 steps = steps.filter(key=step_key)  # a branch reads its own entry
-            journal = list(steps.values_list("key", "seq", "kind", "name", "status", "result", "error", "attempts",
-                                             "deadline_at", "retry_at", "match"))
+            journal = [Entry._make(entry) for entry in steps.values_list(*Entry._fields)]
             if kind == WorkItem.Kind.ADVANCE:
-                messages = list(
+                messages = [Message._make(message) for message in (
                     SignalMessage.objects.using(db)
                     .filter(run_id=run_id, consumed_at__isnull=True)
                     .order_by("id")
-                    .values_list("id", "kind", "name", "target_key", "payload", "created_at")
-                )
-                children = list(
+                    .values_list(*Message._fields)
+                )]
+                children = [Child._make(child) for child in (
                     WorkflowRun.objects.using(db)
                     .filter(parent_id=run_id, status__in=WorkflowRun.TERMINAL)
-                    .values_list("id", "status", "result", "error")
-                )
+                    .values_list(*Child._fields)
+                )]
             run = RunState(*state[:5], state[5] is not None, journal, messages, children)
     # SQLite's clock is this machine's clock.
-    return item_id, kind, run_id, step_key, attempts, clock.now(), run, (function, item_input, group)
+    return Claimed(item_id, kind, run_id, step_key, attempts, clock.now(), run, function, item_input, group)
 
 
 def _params(claim, records, connection) -> list:

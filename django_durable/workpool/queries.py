@@ -1,0 +1,244 @@
+"""The PostgreSQL statements of the workpool's hot path, each named and commented whole.
+
+A reviewer reads each statement here as the database runs it; `postgres.py` only fills in the
+parts in braces and joins the pieces one statement needs. `tests/golden/postgres_statements.sql`
+holds every assembled statement, so a change to any of them shows in review.
+
+The parts in braces:
+  {now}          the database's clock: statement_timestamp(), or the frozen test clock
+  {terminal}     the statuses a run ends with ('cancelled', 'completed', 'failed', 'timed_out')
+  {pick}         the ready item to lock: WorkItem.objects.ready(...).select_for_update(
+                 skip_locked=True, no_key=True), compiled by the ORM (one definition of "ready")
+  {columns}      the journal's columns (journal.STEP_COLUMNS); {rows} one typed VALUES row each
+  {upsert}       the journal's conflict rule (journal.UPSERT): a final entry is never replaced
+  {entry} {message} {child}   the JSON array of a row, in the order of rows.Entry/Message/Child
+
+Every statement runs alone in autocommit (or inside an atomic step's transaction), so no row
+lock outlives it. Every write after a claim is fenced: it happens only while the item still
+carries the claim's token, which a reaper or an operator changes when it takes the claim away.
+"""
+
+# -- claim ---------------------------------------------------------------------------------------
+
+# Lock the next ready item (SKIP LOCKED: claimers never wait for each other), take it for this
+# worker with a fresh token and lease, and make its run `running` (an advance item only: a
+# branch leaves its run waiting). Followed by CLAIM_SELECT, alone or after the CTEs that end the
+# worker's previous item, so one statement both finishes a run and claims the next. Then
+# {chain_guard} leaves out the items those CTEs change: a row may not change twice in a statement.
+CLAIM_CTES = """
+picked AS ({pick}),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = {now} + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id {chain_guard}
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = ''
+    FROM claimed
+    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({terminal})
+    RETURNING r.id
+)"""
+
+# What the worker needs of the claimed item, in the order of rows.Claimed: the item, the
+# database's clock, the run's fields (read as they were before this statement; the UPDATE above
+# changes none of them; the workflow is NULL for a run that has ended), and for an advance the
+# whole journal, the messages not consumed yet and the children that have finished; for a
+# branch only its own entry, one lookup by (run, key) and not a scan of a big fan-out.
+CLAIM_SELECT = """
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
+       CASE WHEN r.status NOT IN ({terminal}) THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg({entry}) FROM durable_step AS s WHERE s.run_id = c.run_id)
+       ELSE
+           (SELECT json_agg({entry}) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg({message} ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg({child})
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ({terminal})) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id"""
+
+CLAIM = "WITH {claim_ctes} {claim_select}"
+
+# -- journal writes while a step runs -------------------------------------------------------------
+
+# Write journal entries (a step's start, a checkpoint) while the claim holds. FOR SHARE holds
+# off a reaper (which rewrites the token) until this insert commits; if the reaper committed
+# first, the fence finds no row and nothing is written. Answers how many entries were written
+# and whether a cancel was requested meanwhile (the worker learns it at every checkpoint).
+RECORD_STEPS = """
+WITH fence AS (
+    SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
+){consumed},
+written AS (
+    INSERT INTO durable_step ({columns})
+    SELECT v.* FROM fence, (VALUES {rows}) AS v ({columns})
+    {upsert}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM written),
+       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)
+    """
+
+# Mark consumed the signals and events the entries take, (id, key) rows, only if the fence held.
+CONSUMED = """,
+consumed AS (
+    UPDATE durable_signal AS m SET consumed_at = {now}, consumed_by = c.key
+    FROM fence, (VALUES {rows}) AS c (id, key)
+    WHERE m.id = c.id AND m.consumed_at IS NULL
+    RETURNING 1
+)"""
+
+# -- ending an item: the CTEs every ending starts with --------------------------------------------
+
+# Free the item, fenced by its token: the one transition "free" of the PostgreSQL path (the ORM's
+# WorkItemQuerySet.free/end is the same for SQLite and the services). {item_status} is what it
+# becomes; {available_at} when it is ready again if it is pending. An advance item forgets the
+# step it was on; a branch keeps its key. Everything after `fence` happens only if it held.
+END_FENCE = """
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = {item_status}, available_at = {available_at}, claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+)"""
+
+# The last journal entries of the item ({rows}: one typed row each).
+END_STEPS = """,
+steps AS (
+    INSERT INTO durable_step ({columns})
+    SELECT v.* FROM fence, (VALUES {rows}) AS v ({columns})
+    {upsert} RETURNING 1
+)"""
+
+# Queue the run's parallel branches, (step_key, group, function, input) rows, on the run's queue
+# and priority.
+END_BRANCHES = """,
+branches AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority,
+                                   status, available_at, attempts, wake, claimed_by, last_error, created_at)
+    SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority,
+           'pending', {now}, 0, false, '', '', {now}
+    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id,
+         (VALUES {rows}) AS b (step_key, grp, function, input)
+    RETURNING 1
+)"""
+
+# Set the run's timers, (kind, step_key, fire_at) rows: a sleep, a retry's back-off, a timeout.
+END_TIMERS = """,
+timers AS (
+    INSERT INTO durable_timer (kind, run_id, step_key, fire_at, status, created_at)
+    SELECT t.kind, fence.run_id, t.step_key, t.fire_at, 'pending', {now}
+    FROM fence, (VALUES {rows}) AS t (kind, step_key, fire_at)
+    RETURNING 1
+)"""
+
+# -- what each ending adds ------------------------------------------------------------------------
+
+# A run's end (after END_FENCE with 'completed'): its outcome, unless a cancel committed first
+# (then it ends cancelled); its branches not started yet are cancelled; its parent's advance
+# item is woken (the "wake" transition: a finished item is made ready, one being processed is
+# flagged to go again); its pending timers are cancelled. SKIP LOCKED on the timers: a timer
+# being fired right now holds its lock while it waits for the item this statement holds; it will
+# only wake a finished run, which is harmless.
+FINISH_RUN = """,
+done AS (
+    -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
+    UPDATE durable_workflow_run AS r
+    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
+        error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
+        waiting_on = '', finished_at = {now}, updated_at = {now}
+    FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({terminal})
+    RETURNING r.status, r.parent_id
+),
+-- Its branches not started yet will never be needed.
+unneeded AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    RETURNING 1
+),
+-- A child's end wakes its parent, which may be waiting for it.
+parent AS (
+    UPDATE durable_work_item AS p
+    SET status = CASE WHEN p.status = 'completed' THEN 'pending' ELSE p.status END,
+        available_at = CASE WHEN p.status = 'completed' THEN {now} ELSE p.available_at END,
+        wake = CASE WHEN p.status = 'processing' THEN true ELSE p.wake END
+    FROM done WHERE p.run_id = done.parent_id AND p.kind = 'advance'
+    RETURNING 1
+),
+quiet AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
+                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)"""
+FINISH_RUN_OUTCOMES = ("(SELECT status FROM done)",
+                       "(SELECT pg_notify('durable_work', '') FROM parent LIMIT 1)")
+# The items FINISH_RUN changes, which a chained claim must leave alone: the run's branches
+# (cancelled) and its parent's advance item (woken).
+FINISH_RUN_TOUCHES = ("w.run_id = (SELECT run_id FROM fence)",
+                      "w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance'")
+
+# A run handed back (after END_FENCE): it waits, or goes back to the queue. Only a run still
+# `running` moves: one a cancel or an operator ended meanwhile keeps its status.
+RELEASE = """,
+moved AS (
+    UPDATE durable_workflow_run AS r
+    SET status = %s, waiting_on = %s, updated_at = {now}
+    FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
+    RETURNING 1
+)"""
+RELEASE_OUTCOMES = ("(SELECT count(*) FROM moved)",)
+RELEASE_NOTIFY = "pg_notify('durable_work', '')"
+
+# A parallel branch's end (after END_FENCE with 'completed' and its entry): count it off its
+# group's entry. Branches finishing at once take turns on that row, so exactly one sees the
+# count reach zero and wakes the run; a failure with fail_fast wakes it at once and cancels the
+# group's branches not started yet.
+FINISH_BRANCH = """,
+grp AS (
+    UPDATE durable_step AS g SET remaining = g.remaining - 1
+    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s
+    RETURNING g.remaining
+),
+stopped AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+                AND o.status = 'pending'
+    RETURNING 1
+),
+woke AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+                AND (%s OR (SELECT remaining FROM grp) <= 0)
+    RETURNING 1
+)"""
+FINISH_BRANCH_OUTCOMES = ("(SELECT pg_notify('durable_work', '') FROM woke LIMIT 1)",)
+FINISH_BRANCH_TOUCHES = ("w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance'",)  # the run, woken
+FINISH_BRANCH_TOUCHES_FAIL_FAST = ("w.run_id = (SELECT run_id FROM fence)",)  # its branches, cancelled
+
+# -- the answer -----------------------------------------------------------------------------------
+
+# Every ending answers whether the fence held (0 or 1) and its outcomes, ...
+ENDED = """{ctes}
+SELECT (SELECT count(*) FROM fence), {outcomes}"""
+# ... or, asked to claim the worker's next item in the same statement, those and the claim's row
+# (all NULL when nothing was ready, which the LEFT JOIN keeps as one row).
+ENDED_AND_CLAIMED = """{ctes}, {claim_ctes}
+SELECT (SELECT count(*) FROM fence), {outcomes}, nxt.*
+FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""

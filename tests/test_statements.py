@@ -1,0 +1,107 @@
+"""The PostgreSQL statements of the hot path, assembled, against a golden file.
+
+Every statement the workpool sends is printed to `tests/golden/postgres_statements.sql`, so a
+change to any of them shows in review as a diff of SQL. After changing a statement on purpose:
+
+    DURABLE_UPDATE_GOLDEN=1 make test    (or the pytest line of this file)
+
+and read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from django_durable.journal import StepRecord
+from django_durable.workpool import postgres
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+GOLDEN = Path(__file__).parent / "golden" / "postgres_statements.sql"
+
+
+class _Claim:
+    item_id, run_id, token, db = 7, uuid.UUID(int=1), uuid.UUID(int=2), "default"
+
+
+def _record(key="charge", consumes=None):
+    return StepRecord(key, 1, "step", "charge", "completed", "42", None, 1, None, None, consumes=consumes)
+
+
+def _statements() -> list[tuple[str, str, int]]:
+    """(name, SQL, number of parameters) of every shape of statement the workpool sends."""
+    sent = []
+
+    def execute(db, sql, params):
+        sent.append((sql, len(params)))
+        nothing_ready = (None,) * 18
+        return ((1, "completed", *nothing_ready) if "fence" in sql else nothing_ready), 1
+
+    then = {"worker": "w", "queues": None, "db": "default", "token": uuid.UUID(int=3), "lease": 30.0, "avoid": ()}
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    shapes = [
+        ("claim", lambda: postgres.claim(**then)),
+        ("claim from some queues, not the items just declined",
+         lambda: postgres.claim(**dict(then, queues=["emails", "default"], avoid=(5, 6)))),
+        ("record a step while it runs", lambda: postgres.record_steps(_Claim, [_record()])),
+        ("record a wait that consumes a signal", lambda: postgres.record_steps(_Claim, [_record("approved", 9)])),
+        ("finish a run", lambda: postgres.finish_run(_Claim, status="completed", result="1", error=None,
+                                                     records=[_record()])),
+        ("finish a run and claim the next item", lambda: postgres.finish_run(
+            _Claim, status="completed", result="1", error=None, records=[_record()], then=then)),
+        ("hand a run back to wait, with a timer and two parallel branches", lambda: postgres.release(
+            _Claim, run_status="waiting", waiting_on="sleep", requeue=False, records=[_record()],
+            timers=[("sleep", "nap", at)], items=[("a", "g", "m.f", "[]"), ("b", "g", "m.f", "[]")], notify=False)),
+        ("hand a run back to the queue and claim the next item", lambda: postgres.release(
+            _Claim, run_status="pending", waiting_on="", requeue=True, records=[], timers=[], items=[],
+            notify=True, then=then)),
+        ("finish a branch", lambda: postgres.finish_branch(
+            _Claim, _record(), group="g", failed=False, fail_fast=False, then=then)),
+        ("finish a failed branch of a fail-fast group", lambda: postgres.finish_branch(
+            _Claim, _record(), group="g", failed=True, fail_fast=True, then=then)),
+        ("queue a branch again after its back-off", lambda: postgres.retry_branch(_Claim, _record(), retry_at=at)),
+    ]
+    statements = []
+    real, postgres._execute = postgres._execute, execute
+    try:
+        for name, call in shapes:
+            sent.clear()
+            call()
+            (sql, count), = sent
+            statements.append((name, sql, count))
+    finally:
+        postgres._execute = real
+    return statements
+
+
+def _render(statements) -> str:
+    parts = ["-- The workpool's PostgreSQL statements, assembled from workpool/queries.py.",
+             "-- Written by tests/test_statements.py; review a diff here like code.", ""]
+    for name, sql, count in statements:
+        body = "\n".join(line.rstrip() for line in sql.strip("\n").splitlines())
+        parts += [f"-- name: {name} ({count} parameters)", body + ";", ""]
+    return "\n".join(parts)
+
+
+def test_the_statements_are_the_reviewed_ones():
+    rendered = _render(_statements())
+    if os.environ.get("DURABLE_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(rendered)
+    expected = GOLDEN.read_text() if GOLDEN.exists() else ""
+    if rendered != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), rendered.splitlines(True),
+                                            str(GOLDEN), "assembled now"))
+        pytest.fail("A hot-path statement changed. If on purpose, run with DURABLE_UPDATE_GOLDEN=1 and "
+                    f"review the diff of {GOLDEN.name}:\n{diff}")
+
+
+def test_every_parameter_has_a_placeholder():
+    for name, sql, count in _statements():
+        assert sql.count("%s") == count, name
