@@ -82,6 +82,7 @@ __all__ = [
     "skip_step",
     "start",
     "start_and_wait",
+    "start_many",
     "start_run",
     "wait",
     "wake",
@@ -93,7 +94,7 @@ __all__ = [
 _LAZY = {
     name: "services"
     for name in (
-        "start", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
+        "start", "start_many", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
         "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim",
     )
 }
@@ -104,7 +105,8 @@ _LAZY["ensure_schedule"] = "schedules"
 
 def __getattr__(name):
     if name in _LAZY:
-        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        value = globals()[name] = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        return value  # kept: the next durable.start() finds it without this call
     if name in ("testing", "schedules"):
         return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

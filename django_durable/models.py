@@ -76,6 +76,10 @@ class WorkflowRun(models.Model):
         default=False, db_default=False, help_text="A child started detached: it goes on when its parent ends otherwise than completed."
     )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    awaited = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="Someone waits for its result (durable.wait on PostgreSQL): its end is announced by NOTIFY.",
+    )
     deadline_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     scheduled_at = models.DateTimeField(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import django_durable as durable
 from django_durable.journal import StepRecord
 from django_durable.workpool import postgres
 
@@ -41,6 +42,8 @@ def _statements() -> list[tuple[str, str, int]]:
     def execute(db, sql, params):
         sent.append((sql, len(params)))
         nothing_ready = (None,) * 18
+        if "durable_workflow_run (id" in sql:  # a start
+            return (at, at), 1
         return ((1, "completed", *nothing_ready) if "fence" in sql else nothing_ready), 1
 
     then = {"worker": "w", "queues": None, "db": "default", "token": uuid.UUID(int=3), "lease": 30.0, "avoid": ()}
@@ -66,9 +69,11 @@ def _statements() -> list[tuple[str, str, int]]:
         ("finish a failed branch of a fail-fast group", lambda: postgres.finish_branch(
             _Claim, _record(), group="g", failed=True, fail_fast=True, then=then)),
         ("queue a branch again after its back-off", lambda: postgres.retry_branch(_Claim, _record(), retry_at=at)),
+        ("start a run", lambda: durable.start("tests.three_steps", x=1)),
+        ("start many runs", lambda: durable.start_many("tests.three_steps", [{"x": 1}, {"x": 2}])),
     ]
     statements = []
-    real, postgres._execute = postgres._execute, execute
+    real, postgres.execute = postgres.execute, execute
     try:
         for name, call in shapes:
             sent.clear()
@@ -76,7 +81,7 @@ def _statements() -> list[tuple[str, str, int]]:
             (sql, count), = sent
             statements.append((name, sql, count))
     finally:
-        postgres._execute = real
+        postgres.execute = real
     return statements
 
 

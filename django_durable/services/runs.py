@@ -9,15 +9,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
-from .. import clock, conf, registry
+from .. import clock, conf, registry, serialization
 from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
 from ..models import WorkflowEvent, WorkflowRun
+from ..workpool import queries
+from ..workpool import runs as _runs
 from ..workpool.runs import create_run
 
-__all__ = ["create_run", "get_run", "resolve_run_id", "start", "start_and_wait", "start_run", "wait"]
+__all__ = ["create_run", "get_run", "resolve_run_id", "start", "start_and_wait", "start_many", "start_run", "wait"]
 
 
 def start(
@@ -43,6 +45,19 @@ def start(
     """
     return start_run(workflow, args, kwargs, idempotency_key=idempotency_key, queue=queue, priority=priority,
                      run_at=run_at, delay=delay)
+
+
+def start_many(workflow: str | Callable, calls, /, *, queue: str | None = None,
+               priority: int | None = None) -> list[uuid.UUID]:
+    """Start a run of `workflow` for each item of `calls` and return their ids, in order.
+
+    Each item is a dict of keyword arguments or a list (or tuple) of positional ones. For a
+    backfill or a fan-in from outside a workflow: the runs are stored in one statement per
+    5,000 (on PostgreSQL), ready at once, on `queue` with `priority` (else the workflow's).
+    Inside the caller's ``transaction.atomic()`` they commit or roll back with it. Every item
+    is checked first; one that is refused raises (naming its position) and nothing is stored.
+    """
+    return _runs.start_many(registry.get(workflow), calls, queue=queue, priority=priority)
 
 
 def start_run(
@@ -103,9 +118,11 @@ def wait(run_id, timeout: float | None = None) -> Any:
     """Return the result of the run once it completes.
 
     Raise WorkflowFailed if it ends failed or cancelled, WaitTimeout if `timeout` seconds pass
-    first (the run goes on), WorkflowNotFound for an unknown id. Polls with a short, growing
-    interval; call it outside transactions, since a run started in an open transaction is
-    invisible to workers until that transaction commits.
+    first (the run goes on), WorkflowNotFound for an unknown id. On PostgreSQL it listens for
+    the run's end (the worker that finishes a run someone waits for announces it with NOTIFY)
+    and looks again now and then in case a notification was missed; elsewhere it polls with a
+    short, growing interval. Call it outside transactions, since a run started in an open
+    transaction is invisible to workers until that transaction commits.
     """
     db = conf.get("DATABASE")
     if connections[db].in_atomic_block:
@@ -114,31 +131,102 @@ def wait(run_id, timeout: float | None = None) -> Any:
             "transaction is invisible to workers until it commits, so the wait could never end. "
             "Wait after the transaction commits (transaction.on_commit) or outside it."
         )
-    run = get_run(run_id)
+    pk = _run_pk(run_id)
     deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.002
+    if connections[db].vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+        with _Listening(db, pk) as listening:
+            return _wait(pk, db, deadline, timeout, look=listening.look, pause=listening.pause,
+                         first=LISTENING_FIRST_PAUSE)
+    return _wait(pk, db, deadline, timeout, look=lambda: _state(pk, db), pause=time.sleep, first=0.002)
+
+
+# wait(): seconds between two looks at the run, growing from the first to the longest. Listening,
+# a notification ends a pause early, so the looks are only a safety net.
+LISTENING_FIRST_PAUSE, LONGEST_PAUSE = 0.1, 0.5
+
+
+def _wait(pk, db, deadline, timeout, *, look, pause, first) -> Any:
+    """Look at the run until it ends or the deadline passes; pause(seconds) between looks,
+    `first` and then growing to LONGEST_PAUSE."""
+    delay = first
     while True:
-        if run.status == WorkflowRun.Status.COMPLETED:
-            return run.get_result()
-        if run.status in WorkflowRun.TERMINAL:
-            raise WorkflowFailed(run.pk, run.status, run.get_error())
+        status, result, error, queue = look()
+        if status == WorkflowRun.Status.COMPLETED:
+            return serialization.decode(result)
+        if status in WorkflowRun.TERMINAL:
+            raise WorkflowFailed(pk, status, serialization.decode(error))
         if deadline is not None and time.monotonic() >= deadline:
-            raise WaitTimeout(f"Workflow run {run.pk} did not finish within {timeout} seconds; it is {run.status}."
-                              + _no_worker_hint(run, db))
-        pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
-        time.sleep(pause)
-        delay = min(delay * 1.5, 0.5)
-        run.refresh_from_db(fields=["status", "result", "error"])
+            raise WaitTimeout(f"Workflow run {pk} did not finish within {timeout} seconds; it is {status}."
+                              + _no_worker_hint(queue, db))
+        pause(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, LONGEST_PAUSE)
 
 
-def _no_worker_hint(run: WorkflowRun, db: str) -> str:
+def _state(pk, db) -> tuple:
+    row = WorkflowRun.objects.using(db).filter(pk=pk).values_list("status", "result", "error", "queue").first()
+    if row is None:
+        raise WorkflowNotFound(f"No workflow run has the id {pk}.")
+    return row
+
+
+class _Listening:
+    """wait() on PostgreSQL: LISTEN for the ends of runs someone waits for, mark this run as
+    waited for, and sleep until its notification (or a pause's end) instead of polling.
+
+    The mark and the worker's end of the run both update the run's row, so one of them sees the
+    other: either the worker sees the mark and notifies, or the look that set the mark sees the
+    run ended. A run that ends another way (a cancel, an operator, the reaper) is not announced:
+    the next look, after a pause growing to half a second, sees it.
+    """
+
+    def __init__(self, db, pk):
+        self.db, self.pk, self.payload = db, pk, str(pk)
+        self.marked = self.heard = False
+
+    def __enter__(self):
+        connection = connections[self.db]
+        with connection.cursor() as cursor:
+            cursor.execute(f"LISTEN {queries.DONE_CHANNEL}")
+        self.raw = connection.connection
+        return self
+
+    def __exit__(self, *exc_info):
+        connection = connections[self.db]
+        if connection.connection is self.raw and not self.raw.closed:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(f"UNLISTEN {queries.DONE_CHANNEL}")
+            except DatabaseError:
+                connection.close()  # a new session listens to nothing
+
+    def look(self) -> tuple:
+        self.heard = False
+        if self.marked:
+            return _state(self.pk, self.db)
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(queries.AWAIT, [self.pk])
+            row = cursor.fetchone()
+        if row is None:
+            raise WorkflowNotFound(f"No workflow run has the id {self.pk}.")
+        self.marked = True
+        return row
+
+    def pause(self, seconds: float) -> None:
+        """Sleep until this run's notification, at most `seconds` (notifications of other runs
+        go on by). psycopg keeps those that came during a statement for the next notifies()."""
+        end = time.monotonic() + seconds
+        while not self.heard and (left := end - time.monotonic()) > 0:
+            for notification in self.raw.notifies(timeout=left, stop_after=1):
+                self.heard = self.heard or notification.payload == self.payload
+
+
+def _no_worker_hint(run_queue: str, db: str) -> str:
     """Why a wait may be in vain: no live worker serves the run's queue (the commonest first-hour surprise)."""
     from ..models import Worker
     from ..stats import live_workers_since
 
     live = Worker.objects.using(db).filter(stopped_at__isnull=True, last_seen__gte=live_workers_since())
     queues = list(live.values_list("queues", flat=True)[:100])
-    run_queue = run.queue
     if any(not served or run_queue in served.split(",") for served in queues):
         return ""
     if not queues:

@@ -61,7 +61,7 @@ def _cursor(db: str):
     return connection._prepare_cursor(psycopg.Cursor(raw))
 
 
-def _execute(db: str, sql: str, params):
+def execute(db: str, sql: str, params):
     """Run `sql`; return the cursor's first row and row count."""
     global _prepare
     try:
@@ -79,7 +79,7 @@ def _execute(db: str, sql: str, params):
                        "sending statements unprepared from now on.")
         if connections[db].in_atomic_block:
             raise  # the transaction is aborted; the caller's retry will go unprepared
-        return _execute(db, sql, params)
+        return execute(db, sql, params)
 
 
 def _fill(template: str, **parts) -> str:
@@ -138,7 +138,7 @@ def _claimed(row) -> Claimed | None:
 
 def claim(*, worker, queues, db, token, lease, avoid=()) -> Claimed | None:
     ctes, select, params = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease, avoid=avoid)
-    return _claimed(_execute(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params)[0])
+    return _claimed(execute(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params)[0])
 
 
 def _values(claim, records) -> tuple[str, list]:
@@ -163,7 +163,7 @@ def record_steps(claim, records) -> tuple[int, bool]:
     rows, params = _values(claim, records)
     consumed_sql, consumed_params = _consumed(records)
     sql = _fill(queries.RECORD_STEPS, consumed=consumed_sql, columns=_COLUMN_NAMES, rows=rows, upsert=UPSERT)
-    row = _execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *params, claim.run_id])[0]
+    row = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *params, claim.run_id])[0]
     return row[0], bool(row[1])
 
 
@@ -220,12 +220,12 @@ def _with_claim(db, sql, params, outcomes, then, exclude=()) -> tuple[int, objec
     the claim must not take.
     """
     if then is None:
-        row = _execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
+        row = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
         return row[0], row[1], None
     ctes, select, claim_params = _claim_parts(**then, exclude=exclude)
     statement = queries.ENDED_AND_CLAIMED.format(ctes=sql, outcomes=", ".join(outcomes),
                                                  claim_ctes=ctes, claim_select=select)
-    row = _execute(db, statement, [*params, *claim_params])[0]
+    row = execute(db, statement, [*params, *claim_params])[0]
     return row[0], row[1], _claimed(row[1 + len(outcomes):])
 
 

@@ -161,7 +161,7 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = {now}, updated_at = {now}
     FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({terminal})
-    RETURNING r.status, r.parent_id
+    RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
@@ -184,8 +184,11 @@ quiet AS (
                  WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )"""
+# The run's status; a NOTIFY for idle workers if its parent was woken; and its end announced to
+# a durable.wait() that marked it (`awaited`), only then: a NOTIFY serializes commits.
 FINISH_RUN_OUTCOMES = ("(SELECT status FROM done)",
-                       "(SELECT pg_notify('durable_work', '') FROM parent LIMIT 1)")
+                       "(SELECT pg_notify('durable_work', '') FROM parent LIMIT 1)",
+                       "(SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited)")
 # The items FINISH_RUN changes, which a chained claim must leave alone: the run's branches
 # (cancelled) and its parent's advance item (woken).
 FINISH_RUN_TOUCHES = ("w.run_id = (SELECT run_id FROM fence)",
@@ -242,3 +245,57 @@ SELECT (SELECT count(*) FROM fence), {outcomes}"""
 ENDED_AND_CLAIMED = """{ctes}, {claim_ctes}
 SELECT (SELECT count(*) FROM fence), {outcomes}, nxt.*
 FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
+
+# -- starting runs ----------------------------------------------------------------------------------
+
+# start(): a run and its advance item, ready now, in one statement (one round trip; its own
+# commit, or part of the caller's transaction). Only for a run with no idempotency key, delay,
+# deadline or parent: those take runs.create_run's general path. {notify} wakes idle workers.
+# The run's timestamps and the item's come from the columns' defaults (the database's clock),
+# the item's `available_at` from {now} so a frozen test clock sees it ready.
+START = """
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                                      queue, priority, detached)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, false)
+    RETURNING id, queue, priority, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
+                                   available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, 'pending', {now}, 0, false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT created_at, updated_at{notify} FROM run"""
+
+# start_many(): many runs of one workflow and their items in one statement, from arrays (one
+# parameter each, however many runs).
+START_MANY = """
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                                      queue, priority, detached)
+    SELECT id, %s, 'pending', '', input, 1, %s, %s, %s, false
+    FROM unnest(%s::uuid[], %s::text[]) AS given (id, input)
+    RETURNING id, queue, priority
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
+                                   available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, 'pending', {now}, 0, false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*){notify} FROM item"""
+
+START_NOTIFY = ", pg_notify('durable_work', '')"
+
+# -- waiting for a run -------------------------------------------------------------------------------
+
+# durable.wait(): the channel a run's end is announced on (its id as the payload), and the
+# statement that marks a run as waited for and reads it. The mark and the worker's end of the
+# run both update its row, so one sees the other: the run ends announced, or the wait sees it ended.
+DONE_CHANNEL = "durable_done"
+AWAIT = """
+UPDATE durable_workflow_run SET awaited = true WHERE id = %s
+RETURNING status, result, error, queue"""

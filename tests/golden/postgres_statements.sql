@@ -129,7 +129,7 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
     FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.status, r.parent_id
+    RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
@@ -152,7 +152,7 @@ quiet AS (
                  WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1);
+SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
 
 -- name: finish a run and claim the next item (24 parameters)
 WITH fence AS (
@@ -176,7 +176,7 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
     FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.status, r.parent_id
+    RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
@@ -216,7 +216,7 @@ run AS (
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
-SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), nxt.*
+SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
@@ -478,3 +478,36 @@ steps AS (
     ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), 0;
+
+-- name: start a run (6 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                                      queue, priority, detached)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, false)
+    RETURNING id, queue, priority, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
+                                   available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, 'pending', statement_timestamp(), 0, false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT created_at, updated_at, pg_notify('durable_work', '') FROM run;
+
+-- name: start many runs (6 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                                      queue, priority, detached)
+    SELECT id, %s, 'pending', '', input, 1, %s, %s, %s, false
+    FROM unnest(%s::uuid[], %s::text[]) AS given (id, input)
+    RETURNING id, queue, priority
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
+                                   available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, 'pending', statement_timestamp(), 0, false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*) FROM item;
