@@ -10,37 +10,22 @@ commit, say) with this script; it prints the best of --repeat drains, in microse
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import time
-from pathlib import Path
+
+import inprocess  # bench/, on the path as this script's folder
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser = inprocess.parser(__doc__)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.root.resolve()))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    import django_durable as durable
+    durable = inprocess.set_up(args.root)
     from django_durable.testing import drain
 
-    call_command("migrate", verbosity=0)
-    print(f"measuring {Path(durable.__file__).parent}", file=sys.stderr)
     best = float("inf")
     for _ in range(args.repeat):
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE durable_step, durable_work_item, durable_timer, durable_signal, "
-                           "durable_workflow_event, durable_workflow_run CASCADE")
+        inprocess.empty()
         for _ in range(args.runs):
             durable.start("bench.ten_steps", n=10)
         started = time.process_time()

@@ -10,37 +10,22 @@ psycopg on the same server, p50 (ms), the floor a start() is compared with in th
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
+
+import inprocess  # bench/, on the path as this script's folder
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser = inprocess.parser(__doc__)
     parser.add_argument("--starts", type=int, default=1000)
     parser.add_argument("--many", type=int, default=20000)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.root.resolve()))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-    import django
-
-    django.setup()
+    durable = inprocess.set_up(args.root)
     import psycopg
-    from django.core.management import call_command
     from django.db import connection
 
-    import django_durable as durable
-
-    call_command("migrate", verbosity=0)
-    print(f"measuring {Path(durable.__file__).parent}", file=sys.stderr)
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE durable_step, durable_work_item, durable_timer, durable_signal, "
-                       "durable_workflow_event, durable_workflow_run CASCADE")
     figures = {}
     walls = []
     cpu = time.process_time()

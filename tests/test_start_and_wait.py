@@ -13,7 +13,6 @@ import django_durable as durable
 from django_durable.models import WorkflowRun, WorkItem
 from django_durable.services import runs as run_services
 from django_durable.testing import drain
-from tests.conftest import ON_POSTGRES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

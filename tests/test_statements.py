@@ -43,7 +43,7 @@ def _statements() -> list[tuple[str, str, int]]:
         sent.append((sql, len(params)))
         nothing_ready = (None,) * 18
         if "durable_workflow_run (id" in sql:  # a start
-            return (at, at), 1
+            return (1, at, at), 1
         return ((1, "completed", *nothing_ready) if "fence" in sql else nothing_ready), 1
 
     then = {"worker": "w", "queues": None, "db": "default", "token": uuid.UUID(int=3), "lease": 30.0, "avoid": ()}

@@ -248,16 +248,17 @@ FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
 
 # -- starting runs ----------------------------------------------------------------------------------
 
-# start(): a run and its advance item, ready now, in one statement (one round trip; its own
-# commit, or part of the caller's transaction). Only for a run with no idempotency key, delay,
-# deadline or parent: those take runs.create_run's general path. {notify} wakes idle workers.
-# The run's timestamps and the item's come from the columns' defaults (the database's clock),
-# the item's `available_at` from {now} so a frozen test clock sees it ready.
+# start() and start_many(): runs and their advance items, ready now, in one statement (one round
+# trip; its own commit, or part of the caller's transaction). {runs} is START_ONE or START_MANY.
+# Only for runs with no idempotency key, delay, deadline or parent: those take runs.create_run's
+# general path. {notify} wakes idle workers. The timestamps of the runs and items come from the
+# columns' defaults (the database's clock), but an item's `available_at` from {now}, so that a
+# frozen test clock sees it ready. Answers how many runs, and the (last) run's timestamps.
 START = """
 WITH run AS (
     INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
                                       queue, priority, detached)
-    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, false)
+    {runs}
     RETURNING id, queue, priority, created_at, updated_at
 ),
 item AS (
@@ -267,26 +268,17 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT created_at, updated_at{notify} FROM run"""
+SELECT count(*), max(created_at), max(updated_at){notify} FROM run"""
 
-# start_many(): many runs of one workflow and their items in one statement, from arrays (one
-# parameter each, however many runs).
-START_MANY = """
-WITH run AS (
-    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, detached)
-    SELECT id, %s, 'pending', '', input, 1, %s, %s, %s, false
-    FROM unnest(%s::uuid[], %s::text[]) AS given (id, input)
-    RETURNING id, queue, priority
-),
-item AS (
-    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
-                                   available_at, attempts, wake, claimed_by, last_error)
-    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, 'pending', {now}, 0, false, '', ''
-    FROM run
-    RETURNING 1
-)
-SELECT count(*){notify} FROM item"""
+# One run: its id, workflow, input, max_attempts, queue, priority.
+START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, false)"
+
+# Many runs of one workflow: its name, max_attempts, queue and priority, then the runs' ids (an
+# array) and their inputs (one JSON array of the input texts, in the same order), so that however
+# many runs there are, they are six parameters.
+START_MANY = """SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, false
+    FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
+                                  WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)"""
 
 START_NOTIFY = ", pg_notify('durable_work', '')"
 

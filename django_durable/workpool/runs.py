@@ -6,6 +6,7 @@ the CLI, schedules), so neither calls up into the other to create a run.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import connections, transaction
@@ -82,12 +83,18 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
 
 def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START)."""
-    sql = queries.START.format(now=clock.now_sql("postgresql"),
-                               notify=queries.START_NOTIFY if conf.get("LISTEN_NOTIFY") else "")
-    row, _ = postgres.execute(db, sql, [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority])
-    run.created_at, run.updated_at = row[0], row[1]
+    _, run.created_at, run.updated_at = _insert(
+        db, queries.START_ONE, [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority],
+        notify=True,
+    )
     run._state.adding, run._state.db = False, db
     return run
+
+
+def _insert(db: str, runs: str, params: list, *, notify: bool) -> tuple:
+    sql = queries.START.format(runs=runs, now=clock.now_sql("postgresql"),
+                               notify=queries.START_NOTIFY if notify and conf.get("LISTEN_NOTIFY") else "")
+    return postgres.execute(db, sql, params)[0][:3]
 
 
 def start_many(definition, calls, *, queue=None, priority=None) -> list:
@@ -121,9 +128,9 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
         for first in range(0, len(ids), START_MANY_BATCH):
             batch = slice(first, first + START_MANY_BATCH)
             if connections[db].vendor == "postgresql":
-                sql = queries.START_MANY.format(now=clock.now_sql("postgresql"), notify="")
-                postgres.execute(db, sql, [definition.name, definition.max_attempts, queue_name, priority,
-                                           ids[batch], inputs[batch]])
+                _insert(db, queries.START_MANY, [definition.name, definition.max_attempts, queue_name, priority,
+                                                 ids[batch], json.dumps(inputs[batch])],
+                        notify=first + START_MANY_BATCH >= len(ids))
             else:
                 runs = [WorkflowRun(id=run_id, workflow=definition.name, input=text, queue=queue_name,
                                     priority=priority, max_attempts=definition.max_attempts)
@@ -134,7 +141,7 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
                              available_at=clock.db_now())
                     for run in runs
                 ])
-        if ids:
+        if ids and connections[db].vendor != "postgresql":
             notify(db)
     return ids
 

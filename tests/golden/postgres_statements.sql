@@ -493,15 +493,16 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT created_at, updated_at, pg_notify('durable_work', '') FROM run;
+SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
 
 -- name: start many runs (6 parameters)
 WITH run AS (
     INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
                                       queue, priority, detached)
-    SELECT id, %s, 'pending', '', input, 1, %s, %s, %s, false
-    FROM unnest(%s::uuid[], %s::text[]) AS given (id, input)
-    RETURNING id, queue, priority
+    SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, false
+    FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
+                                  WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)
+    RETURNING id, queue, priority, created_at, updated_at
 ),
 item AS (
     INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
@@ -510,4 +511,4 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*) FROM item;
+SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
