@@ -38,36 +38,62 @@ logger = logging.getLogger("django_durable.worker")
 _prepare = True
 
 
-def _cursor(db: str):
-    """A cursor for the hot-path statements, prepared on PostgreSQL after their first uses.
+def _cursor(db: str, sql: str):
+    """A cursor for a hot-path statement and the statement's text for it; prepared on PostgreSQL
+    after its first uses.
 
     Parsing and planning these statements costs more than executing them. Django's cursors bind
     parameters client-side and never prepare, so user code in the worker is unaffected; this
     one cursor binds server-side on the same connection and session (an atomic step's
     checkpoint joins the step's transaction) and goes through Django's wrapper, so execute
-    wrappers and error translation still apply.
+    wrappers and error translation still apply. It is a RawCursor, given the statement with its
+    placeholders numbered once (`_numbered`): psycopg converts `%s` again at every execution
+    of a statement longer than 4 KB, which most of these are.
     """
     connection = connections[db]
     # While Django logs queries (DEBUG, or a test counting them) the statements go unprepared:
     # the log of a prepared statement's execution has no SQL to show.
     if not (_prepare and conf.get("PREPARED_STATEMENTS")) or connection.queries_logged:
-        return connection.cursor()
+        return connection.cursor(), sql
     import psycopg
 
     connection.ensure_connection()
     raw = connection.connection
     if raw.prepare_threshold is None:
         raw.prepare_threshold = 2
-    return connection._prepare_cursor(psycopg.Cursor(raw))
+    numbered = _numbered(sql)
+    if numbered is None:
+        return connection._prepare_cursor(psycopg.Cursor(raw)), sql
+    return connection._prepare_cursor(psycopg.RawCursor(raw)), numbered
+
+
+_numbered_cache: dict[str, str] = {}
+
+
+def _numbered(sql: str) -> str | None:
+    """`sql` with its `%s` placeholders numbered `$1`, `$2`, …, or None if it holds any other `%`."""
+    numbered = _numbered_cache.get(sql)
+    if numbered is None:
+        if "%" in sql.replace("%s", ""):
+            return None
+        parts = sql.split("%s")
+        numbered = "".join(f"{part}${index}" for index, part in enumerate(parts[:-1], 1)) + parts[-1]
+        if len(_numbered_cache) > 256:
+            _numbered_cache.clear()
+        _numbered_cache[sql] = numbered
+    return numbered
 
 
 def execute(db: str, sql: str, params):
-    """Run `sql`; return the cursor's first row and row count."""
+    """Run `sql` (a statement that answers rows); return its first row and the row count."""
     global _prepare
     try:
-        with _cursor(db) as cursor:
-            cursor.execute(sql, params)
-            return (cursor.fetchone() if cursor.description else None), cursor.rowcount
+        cursor, text = _cursor(db, sql)
+        with cursor:
+            cursor.execute(text, params)
+            # Every statement here ends in a SELECT; asking for `description` first would build
+            # a column object for each of its (up to 22) columns.
+            return cursor.fetchone(), cursor.rowcount
     except DatabaseError as exc:
         import psycopg
 
