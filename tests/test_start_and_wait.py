@@ -89,3 +89,36 @@ def test_wait_is_woken_by_the_runs_end_not_by_polling(start_worker, monkeypatch,
     assert durable.wait(run.pk, timeout=40) == "done"
     assert time.monotonic() - started < 30, "the wait was not woken by the run's end"
     assert worker.running()
+
+
+@pytest.mark.postgres
+def test_a_cancel_from_outside_wakes_a_wait_at_once(monkeypatch):
+    """A run no worker holds, cancelled by an operator: its end is announced too."""
+    import threading
+
+    from django.db import connections
+
+    monkeypatch.setattr(run_services, "LISTENING_FIRST_PAUSE", 60.0)
+    monkeypatch.setattr(run_services, "LONGEST_PAUSE", 60.0)
+    run = durable.start("tests.three_steps")
+    outcome = {}
+
+    def waiter():
+        started = time.monotonic()
+        try:
+            durable.wait(run.pk, timeout=40)
+        except durable.WorkflowFailed as exc:
+            outcome["status"] = exc.status
+        finally:
+            outcome["seconds"] = time.monotonic() - started
+            connections.close_all()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not WorkflowRun.objects.get(pk=run.pk).awaited and time.monotonic() < deadline:
+        time.sleep(0.02)
+    durable.cancel(run.pk)
+    thread.join(45)
+    assert outcome.get("status") == "cancelled", outcome
+    assert outcome["seconds"] < 30, "the wait was not woken by the cancel"

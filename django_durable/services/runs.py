@@ -175,8 +175,9 @@ class _Listening:
 
     The mark and the worker's end of the run both update the run's row, so one of them sees the
     other: either the worker sees the mark and notifies, or the look that set the mark sees the
-    run ended. A run that ends another way (a cancel, an operator, the reaper) is not announced:
-    the next look, after a pause growing to half a second, sees it.
+    run ended. A cancel, a forced failure and the reaper announce the ends they write too; a
+    notification lost on the way (a pooler) is made up for by the next look, after a pause
+    growing to half a second.
     """
 
     def __init__(self, db, pk):

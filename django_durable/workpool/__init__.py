@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from .. import clock, conf, faults, serialization
 from ..interrupts import LeaseLost
 from ..models import Step, Timer, WorkflowRun, WorkItem
-from . import cancelling, evidence, postgres, sqlite
+from . import cancelling, evidence, postgres, queries, sqlite
 from ..journal import StepRecord
 from .rows import Child, Entry, Message
 
@@ -449,6 +449,14 @@ def wake(run_ids, *, db: str) -> int:
     return woken
 
 
+def announce_end(run_ids, *, db: str) -> None:
+    """On PostgreSQL, tell the durable.wait() calls of these runs, if any, that they ended (at commit)."""
+    connection = connections[db]
+    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+        with connection.cursor() as cursor:
+            cursor.execute(queries.ANNOUNCE, [list(run_ids)])
+
+
 def notify(db: str) -> None:
     """On PostgreSQL, wake idle workers when the current transaction commits (a hint only)."""
     connection = connections[db]
@@ -539,6 +547,7 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
             waiting_on="",
         )
         if failed:
+            announce_end([run_id], db=db)
             cancelling.cancel_descendants(cancelling.lock_descendants(run_id, db),
                                           why=f"Its parent run {run_id} failed: its worker was lost.", db=db)
     logger.error("Run %s failed: %s", run_id, message)

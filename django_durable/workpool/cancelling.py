@@ -104,13 +104,15 @@ def cancel_run(run: WorkflowRun, error: str, db: str, *, wake_parent: bool = Fal
 
 
 def end_run(run: WorkflowRun, status: str, error: str, db: str, *, wake_parent: bool, **fields) -> None:
-    """End a run that no worker holds: its timers cancelled, its parent woken, the signal sent."""
-    from . import wake
+    """End a run that no worker holds: its timers cancelled, its parent woken, its waits told,
+    the signal sent."""
+    from . import announce_end, wake
 
     now = clock.db_now()
     WorkflowRun.objects.using(db).filter(pk=run.pk).update(
         status=status, error=error, waiting_on="", finished_at=now, updated_at=now, **fields
     )
+    announce_end([run.pk], db=db)
     cancel_timers(run.pk, db)
     if run.parent_id is not None and wake_parent:
         wake([run.parent_id], db=db)  # it may be waiting for this child

@@ -291,3 +291,7 @@ DONE_CHANNEL = "durable_done"
 AWAIT = """
 UPDATE durable_workflow_run SET awaited = true WHERE id = %s
 RETURNING status, result, error, queue"""
+
+# The end of runs ended outside a worker's statement (a cancel, a forced failure, the reaper's
+# poison), announced to the waits that marked them; delivered when the transaction commits.
+ANNOUNCE = "SELECT pg_notify('durable_done', id::text) FROM durable_workflow_run WHERE id = ANY(%s) AND awaited"
