@@ -27,9 +27,9 @@ def test_start_many_starts_a_run_for_each_call_in_order():
 
 
 def test_start_many_stores_nothing_when_one_call_is_refused():
-    with pytest.raises(durable.InvalidArguments, match=r"Run 1 of start_many\(\).*'y'"):
+    with pytest.raises(durable.InvalidArguments, match=r"start_many\(\) calls\[1\]: .*'y'"):
         durable.start_many("tests.three_steps", [{"x": 1}, {"y": 2}])
-    with pytest.raises(TypeError, match="item 1 is a str"):
+    with pytest.raises(TypeError, match=r"calls\[1\] is a str"):
         durable.start_many("tests.three_steps", [{"x": 1}, "x=2"])
     with pytest.raises(durable.WorkflowNotFound):
         durable.start_many("tests.no_such_workflow", [{}])

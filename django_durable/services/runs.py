@@ -55,7 +55,7 @@ def start_many(workflow: str | Callable, calls, /, *, queue: str | None = None,
     backfill or a fan-in from outside a workflow: the runs are stored in one statement per
     5,000 (on PostgreSQL), ready at once, on `queue` with `priority` (else the workflow's).
     Inside the caller's ``transaction.atomic()`` they commit or roll back with it. Every item
-    is checked first; one that is refused raises (naming its position) and nothing is stored.
+    is checked first; one that is refused raises (naming its index) and nothing is stored.
     """
     return _runs.start_many(registry.get(workflow), calls, queue=queue, priority=priority)
 

@@ -101,8 +101,8 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
     """Store a run of `definition` for each of `calls` (a dict of keyword arguments, or a list or
     tuple of positional ones), ready now, in one statement per 5,000 runs; return their ids.
 
-    Every call's arguments are checked and encoded first: one that is refused (naming its
-    position) stores nothing. Inside the caller's transaction.atomic() they commit with it.
+    Every call's arguments are checked and encoded first: one that is refused (named by its
+    index, `calls[2]`) stores nothing. Inside the caller's transaction.atomic() they commit with it.
     """
     max_bytes = conf.get("MAX_PAYLOAD_BYTES")
     inputs = []
@@ -113,12 +113,12 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
             args, kwargs = list(call), {}
         else:
             raise TypeError(f"start_many() takes, for each run, a dict of keyword arguments or a list of "
-                            f"positional ones; item {position} is a {type(call).__name__}.")
+                            f"positional ones; calls[{position}] is a {type(call).__name__}.")
         try:
             definition.check_arguments(args, kwargs)
             inputs.append(serialization.encode({"args": args, "kwargs": kwargs}, what="input", max_bytes=max_bytes))
         except (TypeError, ValueError) as exc:
-            exc.args = (f"Run {position} of start_many(): {exc}", *exc.args[1:])
+            exc.args = (f"start_many() calls[{position}]: {exc}", *exc.args[1:])
             raise
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
