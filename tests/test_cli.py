@@ -47,7 +47,10 @@ def test_start_status_and_list():
     drain()
     listed = json.loads(durable_cli("list", "--json"))
     assert [r["workflow"] for r in listed] == ["tests.approval", "tests.three_steps"]
-    assert "tests.approval" in durable_cli("list", "--status", "waiting", "--queue", "slow")
+    line = durable_cli("list", "--status", "waiting", "--queue", "slow").strip()
+    assert "tests.approval" in line
+    short = line.split()[0]  # the admin's short id, which the other commands take
+    assert len(short) == 8 and short in durable_cli("status", short)
     assert "tests.approval" not in durable_cli("list", "--workflow", "tests.three_steps")
 
 

@@ -33,7 +33,7 @@ from django_durable.exceptions import (
     WorkflowFailed,
     WorkflowNotFound,
 )
-from django_durable.humanize import duration, relative
+from django_durable.humanize import duration, relative, short_id
 from django_durable.models import Schedule, WorkflowRun
 
 REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
@@ -148,9 +148,9 @@ class Command(BaseCommand):
         if json:
             self._json_out([_run_data(run, steps=False) for run in rows])
             return
-        for run in rows:
-            self.stdout.write(f"{run.pk}  {run.status:<19} {run.workflow:<30} {relative(run.created_at):>14}  "
-                              f"{run.waiting_on[:60]}")
+        for run in rows:  # the short id, as the admin shows it and `status`, `cancel`, … take it
+            self.stdout.write(f"{short_id(run.pk)}  {run.status:<19} {run.workflow:<30} "
+                              f"{relative(run.created_at):>14}  {run.waiting_on[:60]}")
 
     def do_cancel(self, *, run_id, reason, **_):
         run = services.cancel(run_id, reason, by=self.by)
