@@ -453,6 +453,17 @@ def test_the_run_list_costs_the_same_queries_for_5_or_60_runs(admin_client):
     assert count_queries(admin_client, f"{RUNS}?stuck=any") <= few
 
 
+def test_the_run_list_says_what_the_next_timer_is_for(admin_client):
+    """A wait's timeout is not a wake-up: "times out in …", a sleep "wakes in …"."""
+    waiting = durable.start("tests.approval", timeout=3600)
+    sleeping = durable.start("tests.sleeper", 3600)
+    drain()
+    page = admin_client.get(RUNS).content.decode()
+    rows = {pk: page[page.index(f"/{pk}/change/"):][:3000] for pk in (waiting.pk, sleeping.pk)}
+    assert "times out in" in rows[waiting.pk] and "wakes in" not in rows[waiting.pk].split("</tr>")[0]
+    assert "wakes in" in rows[sleeping.pk].split("</tr>")[0]
+
+
 def test_the_overview_and_a_run_page_cost_a_fixed_number_of_queries(admin_client):
     few = durable.start("tests.squares", 2)
     many = durable.start("tests.squares", 40)

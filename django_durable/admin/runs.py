@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Min, Q
+from django.db.models import Q
 from django.db.models.functions import Substr
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -57,14 +57,18 @@ def decorate(runs: list[WorkflowRun], *, payloads: bool) -> None:
     )
     for run_id, key, status in open_steps:
         current[run_id] = (key, status)  # the latest open entry of each run
-    wakes = dict(
-        Timer.objects.filter(run_id__in=pks, status=Timer.Status.PENDING).order_by()
-        .values("run_id").annotate(at=Min("fire_at")).values_list("run_id", "at")
-    )
+    wakes = {}
+    for run_id, at, kind in (Timer.objects.filter(run_id__in=pks, status=Timer.Status.PENDING)
+                             .order_by("-fire_at").values_list("run_id", "fire_at", "kind")):
+        wakes[run_id] = (at, kind)  # the earliest pending timer of each run, and what it is for
     for run in runs:
         run.current_step = current.get(run.pk)
         run.next_wake = wakes.get(run.pk)
         run.show_error_message = payloads
+
+
+# What the run list's "now" says of a run's next timer: a timeout is not a wake-up the run waits for.
+_WAKE_WORDS = {Timer.Kind.SIGNAL_TIMEOUT: "times out", Timer.Kind.DEADLINE: "deadline", Timer.Kind.RETRY: "retries"}
 
 
 @admin.register(WorkflowRun)
@@ -158,10 +162,12 @@ class WorkflowRunAdmin(DurableAdmin):
             key, status = current
             parts.append(format_html('<code>{}</code> <span class="durable-muted">{}</span>',
                                      key if len(key) <= 32 else key[:31] + "…", status))
-        when = getattr(run, "next_wake", None)
-        if when is not None:
-            parts.append(format_html('<span class="durable-muted" title="{}">wakes {}</span>',
-                                     when.isoformat(sep=" ", timespec="seconds"), display.relative(when)))
+        wake = getattr(run, "next_wake", None)
+        if wake is not None:
+            when, kind = wake
+            parts.append(format_html('<span class="durable-muted" title="{}">{} {}</span>',
+                                     when.isoformat(sep=" ", timespec="seconds"), _WAKE_WORDS.get(kind, "wakes"),
+                                     display.relative(when)))
         return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts))
 
     @admin.display(description="created")
