@@ -451,3 +451,50 @@ def test_sigterm_to_a_reloading_worker_lets_the_step_finish(start_worker, tmp_pa
     assert "mid-step" not in worker.log()
     assert ledger_counts(run.pk) == {"a": 1, "b": 1}  # b finished; c never started
     assert run_of(run).status == "pending"
+
+
+
+STOPPING_CHILD = """
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+pathlib.Path(sys.argv[1]).write_text("ready")
+time.sleep(60)
+"""
+
+COUNTING_RELOADER = """
+import subprocess, sys
+from pathlib import Path
+from django_durable.reloader import Reloader
+child, ready, sent = sys.argv[1:4]
+send = subprocess.Popen.send_signal
+def counted(self, signum):
+    with open(sent, "a") as out:
+        out.write(f"{int(signum)}\\n")
+    send(self, signum)
+subprocess.Popen.send_signal = counted
+sys.exit(Reloader([sys.executable, child, ready], Path(child).parent, interval=0.2, grace=5).run())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_reloader_passes_one_sigterm_on_once(tmp_path):
+    """A worker takes a second SIGTERM as "exit at once": the reloader must send exactly one.
+
+    The signals it sends are counted as it sends them (two sent a moment apart often reach the
+    child as one, so counting what the child receives would not see a double send).
+    """
+    import subprocess
+    import sys
+
+    child, ready, sent = tmp_path / "child.py", tmp_path / "ready", tmp_path / "sent"
+    child.write_text(STOPPING_CHILD)
+    reloader = subprocess.Popen([sys.executable, "-c", COUNTING_RELOADER, str(child), str(ready), str(sent)])
+    try:
+        wait_for(ready.exists, message="the child to start")
+        reloader.send_signal(signal.SIGTERM)
+        assert reloader.wait(30) == 0
+    finally:
+        if reloader.poll() is None:
+            reloader.kill()
+            reloader.wait()
+    assert sent.read_text().split() == [str(int(signal.SIGTERM))]

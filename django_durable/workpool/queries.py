@@ -145,6 +145,18 @@ timers AS (
 )"""
 
 # -- what each ending adds ------------------------------------------------------------------------
+# The "wake" transition of a run's advance item (WorkItemQuerySet.wake in SQL), shared by the
+# endings below: a finished item is made ready now, one being processed is flagged to go again
+# when it ends, a pending one stays as it is. {source} names the run ({run}); {when} narrows it.
+WAKE = """
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM {source} WHERE a.run_id = {run} AND a.kind = 'advance'{when}
+    RETURNING 1
+"""
+
 
 # A run's end (after END_FENCE with 'completed'): its outcome, unless a cancel committed first
 # (then it ends cancelled); its branches not started yet are cancelled; its parent's advance
@@ -170,14 +182,7 @@ unneeded AS (
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
-parent AS (
-    UPDATE durable_work_item AS p
-    SET status = CASE WHEN p.status = 'completed' THEN 'pending' ELSE p.status END,
-        available_at = CASE WHEN p.status = 'completed' THEN {now} ELSE p.available_at END,
-        wake = CASE WHEN p.status = 'processing' THEN true ELSE p.wake END
-    FROM done WHERE p.run_id = done.parent_id AND p.kind = 'advance'
-    RETURNING 1
-),
+parent AS (""" + WAKE.format(source="done", run="done.parent_id", when="", now="{now}") + """),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
     WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
@@ -222,15 +227,8 @@ stopped AS (
                 AND o.status = 'pending'
     RETURNING 1
 ),
-woke AS (
-    UPDATE durable_work_item AS a
-    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
-        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
-                AND (%s OR (SELECT remaining FROM grp) <= 0)
-    RETURNING 1
-)"""
+woke AS (""" + WAKE.format(source="fence", run="fence.run_id", now="{now}",
+                             when="\n      AND (%s OR (SELECT remaining FROM grp) <= 0)") + ")"
 FINISH_BRANCH_OUTCOMES = ("(SELECT pg_notify('durable_work', '') FROM woke LIMIT 1)",)
 FINISH_BRANCH_TOUCHES = ("w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance'",)  # the run, woken
 FINISH_BRANCH_TOUCHES_FAIL_FAST = ("w.run_id = (SELECT run_id FROM fence)",)  # its branches, cancelled

@@ -141,8 +141,6 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
                              available_at=clock.db_now())
                     for run in runs
                 ])
-        if ids and connections[db].vendor != "postgresql":
-            notify(db)
     return ids
 
 

@@ -139,11 +139,11 @@ unneeded AS (
 ),
 -- A child's end wakes its parent, which may be waiting for it.
 parent AS (
-    UPDATE durable_work_item AS p
-    SET status = CASE WHEN p.status = 'completed' THEN 'pending' ELSE p.status END,
-        available_at = CASE WHEN p.status = 'completed' THEN statement_timestamp() ELSE p.available_at END,
-        wake = CASE WHEN p.status = 'processing' THEN true ELSE p.wake END
-    FROM done WHERE p.run_id = done.parent_id AND p.kind = 'advance'
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
@@ -186,11 +186,11 @@ unneeded AS (
 ),
 -- A child's end wakes its parent, which may be waiting for it.
 parent AS (
-    UPDATE durable_work_item AS p
-    SET status = CASE WHEN p.status = 'completed' THEN 'pending' ELSE p.status END,
-        available_at = CASE WHEN p.status = 'completed' THEN statement_timestamp() ELSE p.available_at END,
-        wake = CASE WHEN p.status = 'processing' THEN true ELSE p.wake END
-    FROM done WHERE p.run_id = done.parent_id AND p.kind = 'advance'
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
@@ -354,7 +354,7 @@ woke AS (
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
-                AND (%s OR (SELECT remaining FROM grp) <= 0)
+      AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -424,7 +424,7 @@ woke AS (
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
-                AND (%s OR (SELECT remaining FROM grp) <= 0)
+      AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
