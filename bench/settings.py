@@ -1,5 +1,6 @@
 """Settings of the benchmark harness: the durable app, the benchmark workflows, DATABASE_URL."""
 
+import json
 import os
 
 import environ
@@ -46,6 +47,8 @@ DATABASES = {"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])}
 DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 1.0))
+# Queue limits, for the limited rounds of bench/limits.py (JSON).
+DURABLE_QUEUES = json.loads(os.environ.get("DURABLE_BENCH_QUEUES", "{}"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

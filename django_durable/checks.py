@@ -35,6 +35,7 @@ def check_settings(app_configs=None, **kwargs):
         ))
     errors.extend(_check_timing())
     errors.extend(_check_retry())
+    errors.extend(_check_queues())
     if engine.endswith("sqlite3"):
         options = settings.DATABASES[alias].get("OPTIONS", {})
         if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
@@ -83,6 +84,20 @@ def _check_retry():
             hint="Use a durable.RetryPolicy or a dict of its fields, such as {\"max_attempts\": 5, "
                  "\"initial_backoff\": 1.0}; None means the built-in policy.",
             id="django_durable.E006",
+        )]
+    return []
+
+
+def _check_queues():
+    from .queues import parse
+
+    try:
+        parse(conf.get("QUEUES"))
+    except ValueError as exc:
+        return [Error(
+            str(exc),
+            hint='For example DURABLE_QUEUES = {"emails": {"concurrency": 5, "rate_limit": "10/s"}}.',
+            id="django_durable.E007",
         )]
     return []
 

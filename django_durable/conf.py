@@ -63,6 +63,9 @@ DEFAULTS: dict[str, Any] = {
     "API_THROTTLE_RATES": {"start": "120/min", "signal": "300/min", "cancel": "60/min"},
     # The longest a GET .../result/?wait= request holds, in seconds.
     "API_MAX_WAIT": 30.0,
+    # Limits per queue, enforced across every worker: {"emails": {"concurrency": 5,
+    # "key_concurrency": 1, "rate_limit": "10/s"}}. A queue not named has none (queues.py).
+    "QUEUES": {},
     # Which database alias holds the durable tables.
     "DATABASE": "default",
     # Named fault points for the fault tests ("point=action;point=action"); off in production.

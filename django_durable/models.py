@@ -8,6 +8,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Case, F, Q, Value, When
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from . import clock, serialization
@@ -76,6 +77,10 @@ class WorkflowRun(models.Model):
         default=False, db_default=False, help_text="A child started detached: it goes on when its parent ends otherwise than completed."
     )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_key = models.CharField(
+        max_length=200, blank=True, default="", db_default="",
+        help_text="Runs of one key share their queue's key_concurrency (DURABLE_QUEUES), e.g. a tenant.",
+    )
     awaited = models.BooleanField(
         default=False, db_default=False, editable=False,
         help_text="Someone waits for its result (durable.wait on PostgreSQL): its end is announced by NOTIFY.",
@@ -230,14 +235,51 @@ class Step(models.Model):
         return serialization.decode(self.result)
 
 
+_RUNNING = ('(SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = \'processing\' '
+            'AND "running"."queue" = %s AND "running"."id" <> %s{same_key}) < %s')
+_SAME_KEY = ' AND "running"."concurrency_key" = "durable_work_item"."concurrency_key"'
+
+
+def _within(limit, ending, now: str) -> RawSQL:
+    """The condition an item of `limit.name` meets when its queue's limits let it be claimed now.
+
+    The counts are what is processing now; on PostgreSQL the claim has taken its turn on the
+    queue's lock first (workpool/postgres.py), so no other claim of the queue changes them meanwhile.
+    """
+    terms, params = [], []
+    if limit.concurrency is not None:
+        terms.append(_RUNNING.format(same_key=""))
+        params += [limit.name, ending, limit.concurrency]
+    if limit.key_concurrency is not None:
+        terms.append(f'("durable_work_item"."concurrency_key" = \'\' OR {_RUNNING.format(same_key=_SAME_KEY)})')
+        params += [limit.name, ending, limit.key_concurrency]
+    if limit.rate is not None:
+        terms.append('NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s '
+                     f'AND "rated"."next_claim_at" > {now})')
+        params.append(limit.name)
+    return RawSQL(f'("durable_work_item"."queue" <> %s OR ({" AND ".join(terms)}))', [limit.name, *params],
+                  output_field=models.BooleanField())
+
+
 class WorkItemQuerySet(models.QuerySet):
-    def ready(self, queues=None, avoid=()):
-        """Pending items whose time has come, in claim order (leaving out the ids in `avoid`)."""
+    def ready(self, queues=None, avoid=(), limits=(), ending=0):
+        """Pending items whose time has come, in claim order (leaving out the ids in `avoid`).
+
+        `limits` (queues.QueueLimits) leave out the items their queue's limits hold back now:
+        a full queue, a full concurrency key, a rate not due yet. `ending` is the item whose end
+        the claim is part of: it no longer counts as running.
+        """
         qs = self.filter(status=WorkItem.Status.PENDING, available_at__lte=clock.db_now())
         if queues:
             qs = qs.filter(queue__in=queues)
         if avoid:
             qs = qs.exclude(id__in=avoid)
+        if limits:
+            from django.db import connections
+
+            now = clock.now_sql(connections[self.db].vendor)
+            for limit in limits:
+                qs = qs.filter(_within(limit, ending, now))
         return qs.order_by("-priority", "available_at", "id")
 
     def expired(self):
@@ -305,6 +347,9 @@ class WorkItem(models.Model):
     input = models.TextField(null=True, blank=True, help_text="JSON: a step item's arguments and options.")
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
+    concurrency_key = models.CharField(
+        max_length=200, blank=True, default="", db_default="", help_text="Its run's concurrency key."
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     available_at = models.DateTimeField(db_default=Now())
     attempts = models.PositiveIntegerField(
@@ -363,6 +408,22 @@ class WorkItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id} ({self.status})"
+
+
+class QueueState(models.Model):
+    """What a queue's rate limit remembers across workers: the earliest its next claim may be.
+
+    A row exists only for a queue with a rate_limit (DURABLE_QUEUES), made by its first claim.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    next_claim_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "durable_queue"
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Timer(models.Model):

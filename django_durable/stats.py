@@ -55,13 +55,30 @@ def status_table(now):
 
 
 def queue_lag(now):
-    """Per queue: how many items are ready now and how long the oldest has waited (the partial index)."""
-    ready = (
+    """Per queue with work ready, running or a limit (DURABLE_QUEUES): how many items are ready
+    now and how long the oldest has waited (the partial index), how many are being processed,
+    the queue's limits and whether they hold work back now."""
+    from .queues import limited
+
+    ready = {queue: (n, oldest) for queue, n, oldest in (
         WorkItem.objects.filter(status=WorkItem.Status.PENDING, available_at__lte=now).order_by()
         .values_list("queue").annotate(n=Count("pk"), oldest=Min("available_at"))
-    )
-    return [{"queue": queue, "ready": n, "lag_seconds": (now - oldest).total_seconds(),
-             "lag": duration((now - oldest).total_seconds())} for queue, n, oldest in sorted(ready)]
+    )}
+    running = dict(WorkItem.objects.filter(status=WorkItem.Status.PROCESSING).order_by()
+                   .values_list("queue").annotate(n=Count("pk")))
+    limits = limited()
+    rows = []
+    for queue in sorted(ready.keys() | running.keys() | limits.keys()):
+        n, oldest = ready.get(queue, (0, None))
+        limit = limits.get(queue)
+        waited = (now - oldest).total_seconds() if oldest is not None else None
+        full = limit is not None and limit.concurrency is not None and running.get(queue, 0) >= limit.concurrency
+        rows.append({"queue": queue, "ready": n, "lag_seconds": waited,
+                     "lag": duration(waited) if waited is not None else "",
+                     "running": running.get(queue, 0),
+                     "limits": limit.describe() if limit is not None else "",
+                     "full": full})
+    return rows
 
 
 def finished_since(since: dt.datetime) -> dict[str, int]:

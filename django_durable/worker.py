@@ -98,7 +98,7 @@ class Worker:
                     logger.exception("Worker %s failed; going on after a pause.", self.name)
                     waiter.sleep(backoff.next())
                     continue
-                waiter.wait(min(float(conf.get("POLL_INTERVAL")), 0.2) if self.burst else float(conf.get("POLL_INTERVAL")))
+                waiter.wait(self._idle_seconds())
         finally:
             if self._next is not None:  # claimed while the stop request arrived: hand it back
                 try:
@@ -128,6 +128,15 @@ class Worker:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
             pass
+
+    def _idle_seconds(self) -> float:
+        """How long to wait for work after a claim found none: the poll interval, or briefly when
+        a queue's limits hold back ready work (a slot frees, or the rate allows the next claim,
+        without a notification)."""
+        poll = float(conf.get("POLL_INTERVAL"))
+        if workpool.held_back(queues=self.queues, db=self.db):
+            return min(poll, LIMITED_POLL)
+        return min(poll, 0.2) if self.burst else poll
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -298,6 +307,10 @@ class Backoff:
 
     def reset(self) -> None:
         self.current = self.first
+
+
+# Seconds between claims while a queue's limits hold back ready work.
+LIMITED_POLL = 0.05
 
 
 class Waiter:

@@ -4,6 +4,7 @@ Worker subprocesses started by the tests use these settings too, with DURABLE_TE
 pointing them at the test database the test run created.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -95,6 +96,8 @@ DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DURABLE_CANCEL_GRACE_SECONDS = float(os.environ.get("DURABLE_CANCEL_GRACE_SECONDS", 5))
 DURABLE_MISSING_CODE_GRACE_SECONDS = float(os.environ.get("DURABLE_MISSING_CODE_GRACE_SECONDS", 600))
+# Queue limits for the worker processes of tests/test_queues.py (the test itself overrides the setting).
+DURABLE_QUEUES = json.loads(os.environ.get("DURABLE_TEST_QUEUES", "{}"))
 
 if os.environ.get("DURABLE_TEST_CLOCK_SKEW"):
     # RELIABILITY T22: this process's wall clock is wrong (see tests/skew.py).

@@ -84,8 +84,8 @@ def test_start_poll_and_read_a_run(api):
 
 def test_start_options_and_idempotency(api):
     first = api.post(f"{API}workflows/", {"workflow": "tests.approval", "idempotency_key": "order-7", "queue": "slow",
-                                          "priority": 5, "delay": 60}, format="json")
-    assert first.status_code == 201
+                                          "priority": 5, "delay": 60, "concurrency_key": "tenant:7"}, format="json")
+    assert first.status_code == 201 and first.json()["concurrency_key"] == "tenant:7"
     again = api.post(f"{API}workflows/", {"workflow": "tests.approval", "idempotency_key": "order-7"}, format="json")
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
     run = WorkflowRun.objects.get()
@@ -95,6 +95,7 @@ def test_start_options_and_idempotency(api):
     assert both.status_code == 400 and "delay" in both.json()["error"]["fields"]
     for bad in ({"workflow": "tests.approval", "args": {"a": 1}}, {"workflow": "tests.approval", "kwargs": [1]},
                 {"workflow": "tests.approval", "priority": 2**40}, {"workflow": "tests.approval", "delay": -1},
+                {"workflow": "tests.approval", "concurrency_key": "k" * 201},
                 {"args": []}):
         response = api.post(f"{API}workflows/", bad, format="json")
         assert response.status_code == 400 and error_code(response) == "invalid", bad

@@ -69,6 +69,9 @@ def _statements() -> list[tuple[str, str, int]]:
         ("finish a failed branch of a fail-fast group", lambda: postgres.finish_branch(
             _Claim, _record(), group="g", failed=True, fail_fast=True, then=then)),
         ("queue a branch again after its back-off", lambda: postgres.retry_branch(_Claim, _record(), retry_at=at)),
+        ("claim from a limited queue (DURABLE_QUEUES)", lambda: _limited(lambda: postgres.claim(**then))),
+        ("finish a run and claim the next item from a limited queue", lambda: _limited(lambda: postgres.finish_run(
+            _Claim, status="completed", result="1", error=None, records=[], then=then))),
         ("start a run", lambda: durable.start("tests.three_steps", x=1)),
         ("start many runs", lambda: durable.start_many("tests.three_steps", [{"x": 1}, {"x": 2}])),
     ]
@@ -78,11 +81,19 @@ def _statements() -> list[tuple[str, str, int]]:
         for name, call in shapes:
             sent.clear()
             call()
-            (sql, count), = sent
-            statements.append((name, sql, count))
+            for position, (sql, count) in enumerate(sent, 1):
+                statements.append((name if len(sent) == 1 else f"{name}, statement {position} of {len(sent)}",
+                                   sql, count))
     finally:
         postgres.execute = real
     return statements
+
+
+def _limited(call):
+    from django.test import override_settings
+
+    with override_settings(DURABLE_QUEUES={"emails": {"concurrency": 5, "key_concurrency": 1, "rate_limit": "10/s"}}):
+        call()
 
 
 def _render(statements) -> str:

@@ -384,7 +384,8 @@ class WorkflowRunAdmin(DurableAdmin):
             rows.append(("Waiting on", run.waiting_on))
         rows += [
             ("Attempt", f"{run.attempt} of {run.max_attempts}"),
-            ("Queue / priority", f"{run.queue} / {run.priority}"),
+            ("Queue / priority", f"{run.queue} / {run.priority}"
+             + (f" / concurrency key {run.concurrency_key}" if run.concurrency_key else "")),
             ("Created", when(run.created_at)),
         ]
         if run.scheduled_at:

@@ -54,6 +54,7 @@ class RunSummarySerializer(serializers.Serializer):
     waiting_on = serializers.CharField()
     queue = serializers.CharField()
     priority = serializers.IntegerField()
+    concurrency_key = serializers.CharField(help_text="Empty: none (see DURABLE_QUEUES' key_concurrency).")
     attempt = serializers.IntegerField()
     max_attempts = serializers.IntegerField()
     parent = serializers.UUIDField(source="parent_id", allow_null=True)
@@ -159,6 +160,8 @@ class StartSerializer(StrictSerializer):
     delay = serializers.FloatField(required=False, allow_null=True, min_value=0, help_text="Start in this many seconds.")
     queue = serializers.CharField(max_length=100, required=False, allow_null=True)
     priority = serializers.IntegerField(required=False, allow_null=True, min_value=-(2**31), max_value=2**31 - 1)
+    concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+                                            help_text="Runs of one key share their queue's key_concurrency.")
 
     def validate_workflow(self, value):
         # Only names in the registry: nothing is imported, and the refused name is not echoed.

@@ -209,7 +209,7 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         run = services.start_run(
             data["workflow"], data["args"], data["kwargs"], idempotency_key=data.get("idempotency_key"),
             run_at=data.get("run_at"), delay=data.get("delay"), queue=data.get("queue"),
-            priority=data.get("priority"), by=self.by(),
+            priority=data.get("priority"), concurrency_key=data.get("concurrency_key"), by=self.by(),
         )
         created = getattr(run, "created_now", True)
         return self.represent(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)

@@ -31,6 +31,7 @@ def start(
     priority: int | None = None,
     run_at: dt.datetime | None = None,
     delay: dt.timedelta | float | None = None,
+    concurrency_key: str | None = None,
     **kwargs: Any,
 ) -> WorkflowRun:
     """Create a run of `workflow` with these arguments and return it (a WorkflowRun).
@@ -39,16 +40,17 @@ def start(
     caller. With an `idempotency_key`, a second start of the same workflow with the same key
     returns the first run instead of creating another (decided by a unique constraint). With
     `run_at` (an aware datetime) or `delay` (a timedelta or seconds) the run exists at once,
-    ``pending``, and starts at that time. Raise WorkflowNotFound for an unregistered workflow,
+    ``pending``, and starts at that time. Runs with one `concurrency_key` (a tenant, a user) share
+    their queue's ``key_concurrency`` (DURABLE_QUEUES). Raise WorkflowNotFound for an unregistered workflow,
     NotSerializable or PayloadTooLarge for arguments that cannot be stored, ValueError for a bad
     option; nothing is written then.
     """
     return start_run(workflow, args, kwargs, idempotency_key=idempotency_key, queue=queue, priority=priority,
-                     run_at=run_at, delay=delay)
+                     run_at=run_at, delay=delay, concurrency_key=concurrency_key)
 
 
 def start_many(workflow: str | Callable, calls, /, *, queue: str | None = None,
-               priority: int | None = None) -> list[uuid.UUID]:
+               priority: int | None = None, concurrency_key: str | None = None) -> list[uuid.UUID]:
     """Start a run of `workflow` for each item of `calls` and return their ids, in order.
 
     Each item is a dict of keyword arguments or a list (or tuple) of positional ones. For a
@@ -57,7 +59,8 @@ def start_many(workflow: str | Callable, calls, /, *, queue: str | None = None,
     Inside the caller's ``transaction.atomic()`` they commit or roll back with it. Every item
     is checked first; one that is refused raises (naming its index) and nothing is stored.
     """
-    return _runs.start_many(registry.get(workflow), calls, queue=queue, priority=priority)
+    return _runs.start_many(registry.get(workflow), calls, queue=queue, priority=priority,
+                            concurrency_key=concurrency_key)
 
 
 def start_run(
@@ -71,6 +74,7 @@ def start_run(
     run_at: dt.datetime | None = None,
     delay: dt.timedelta | float | None = None,
     by: str | None = None,
+    concurrency_key: str | None = None,
 ) -> WorkflowRun:
     """start() with the arguments as a list and a dict, for callers that hold them as data.
 
@@ -94,13 +98,13 @@ def start_run(
         run_at = clock.database_now(conf.get("DATABASE")) + dt.timedelta(seconds=seconds)
     if by is None:
         return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                          priority=priority, run_at=run_at)
+                          priority=priority, run_at=run_at, concurrency_key=concurrency_key)
     from . import audit
 
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                         priority=priority, run_at=run_at)
+                         priority=priority, run_at=run_at, concurrency_key=concurrency_key)
         audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
     return run
 

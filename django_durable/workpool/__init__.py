@@ -21,6 +21,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce
 
 from .. import clock, conf, faults, serialization
+from .. import queues as durable_queues
 from ..interrupts import LeaseLost
 from ..models import Step, Timer, WorkflowRun, WorkItem
 from . import cancelling, evidence, postgres, queries, sqlite
@@ -551,6 +552,15 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
             cancelling.cancel_descendants(cancelling.lock_descendants(run_id, db),
                                           why=f"Its parent run {run_id} failed: its worker was lost.", db=db)
     logger.error("Run %s failed: %s", run_id, message)
+
+
+def held_back(*, queues: list[str] | None, db: str) -> bool:
+    """Return True if ready items of limited queues among `queues` (DURABLE_QUEUES) wait for a slot
+    or for their rate; False at once when none of them is limited."""
+    limits = durable_queues.served(queues)
+    if not limits:
+        return False
+    return WorkItem.objects.using(db).ready([limit.name for limit in limits]).exists()
 
 
 def pending_work(*, queues: list[str] | None, db: str) -> bool:

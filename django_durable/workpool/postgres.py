@@ -14,6 +14,7 @@ import logging
 from django.db import DatabaseError, connections, transaction
 
 from .. import clock, conf
+from .. import queues as durable_queues
 from ..journal import STEP_COLUMNS, UPSERT
 from ..models import WorkflowRun, WorkItem
 from . import queries
@@ -113,17 +114,24 @@ def _fill(template: str, **parts) -> str:
     return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **parts)
 
 
-def _pick(queues, db, avoid=()) -> tuple[str, list]:
+class _Ending:
+    """Stands in the cached pick's parameters for the id of the item the claim's statement ends."""
+
+
+_ENDING = _Ending()
+
+
+def _pick(queues, db, avoid=(), limits=(), ending=0) -> tuple[str, list]:
     """SQL that locks the next ready item, built by the ORM's select_for_update(skip_locked=True).
 
     SKIP LOCKED: claimers never wait for each other, each takes the next row nobody holds.
     NO KEY UPDATE: the lock does not block inserts that reference the row.
     """
-    key = (db, tuple(queues or ()), clock.now_sql("postgresql"), avoid)
+    key = (db, tuple(queues or ()), clock.now_sql("postgresql"), avoid, limits)
     if key not in _pick_cache:
         locked = (
             WorkItem.objects.using(db)
-            .ready(queues, avoid)
+            .ready(queues, avoid, limits, ending=_ENDING)
             .select_for_update(skip_locked=True, no_key=True)
             .values("id")[:1]
         )
@@ -133,17 +141,67 @@ def _pick(queues, db, avoid=()) -> tuple[str, list]:
         if len(_pick_cache) > 64:
             _pick_cache.clear()
         _pick_cache[key] = (sql, list(params))
-    return _pick_cache[key]
+    sql, params = _pick_cache[key]
+    return sql, [ending if param is _ENDING else param for param in params] if limits else params
 
 
-def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=()) -> tuple[str, str, list]:
+def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), ending=0) -> tuple[str, str, list]:
     """queries.CLAIM_CTES and CLAIM_SELECT filled in, and their parameters; `exclude` are the
-    conditions on the claimed item `w` of the items changed by the CTEs this claim follows."""
-    pick_sql, pick_params = _pick(queues, db, avoid)
+    conditions on the claimed item `w` of the items changed by the CTEs this claim follows, and
+    `ending` the item they end (which no longer counts against its queue's limits)."""
+    limits = tuple(durable_queues.served(queues))
+    pick_sql, pick_params = _pick(queues, db, avoid, limits, ending)
     chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
-    ctes = _fill(queries.CLAIM_CTES, pick=pick_sql, chain_guard=chain_guard)
+    rates = [limit for limit in limits if limit.rate is not None]
+    rated = _fill(queries.CLAIM_RATE) if rates else ""
+    ctes = _fill(queries.CLAIM_CTES, pick=pick_sql, chain_guard=chain_guard, rated=rated)
     select = _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
-    return ctes, select, [*pick_params, token, worker, lease]
+    params = [*pick_params, token, worker, lease]
+    if rates:
+        params += [[limit.name for limit in rates], [limit.interval for limit in rates]]
+    return ctes, select, params
+
+
+def _execute_claim(db: str, sql: str, params, queues):
+    """execute() a statement that claims from `queues`: after taking the turns of their limited
+    ones (queries.QUEUE_TURN), in the same transaction, when they have any.
+
+    In autocommit (a worker), BEGIN, the turns, the statement and COMMIT go in one pipeline: one
+    round trip, as without limits; inside a caller's transaction, they join it.
+    """
+    limits = durable_queues.served(queues)
+    if not limits:
+        return execute(db, sql, params)
+    names = [limit.name for limit in limits]
+    connection = connections[db]
+    if connection.in_atomic_block or not (_prepare and conf.get("PREPARED_STATEMENTS")) or connection.queries_logged:
+        with transaction.atomic(using=db):
+            execute(db, queries.QUEUE_TURN, [names])
+            return execute(db, sql, params)
+    cursor, text = _cursor(db, sql)
+    raw = connection.connection
+    try:
+        with connection.wrap_database_errors, cursor:
+            with raw.pipeline():
+                raw.execute("BEGIN")
+                raw.execute(queries.QUEUE_TURN, [names])
+                cursor.execute(text, params)
+                raw.execute("COMMIT")
+            return cursor.fetchone(), cursor.rowcount
+    except BaseException:
+        _roll_back(raw)
+        raise
+
+
+def _roll_back(raw) -> None:
+    """End the transaction a failed pipeline left open (an error skips its COMMIT)."""
+    import psycopg
+
+    try:
+        if not raw.closed and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            raw.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # a broken connection: Django closes and replaces it
 
 
 def _claimed(row) -> Claimed | None:
@@ -164,7 +222,7 @@ def _claimed(row) -> Claimed | None:
 
 def claim(*, worker, queues, db, token, lease, avoid=()) -> Claimed | None:
     ctes, select, params = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease, avoid=avoid)
-    return _claimed(execute(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params)[0])
+    return _claimed(_execute_claim(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params, queues)[0])
 
 
 def _values(claim, records) -> tuple[str, list]:
@@ -222,7 +280,7 @@ def finish_run(claim, *, status, result, error, records, then=None):
     sql, params = _end("'completed'", claim, records, ())
     sql += _fill(queries.FINISH_RUN)
     params.extend([status, result, error])
-    fenced, final, next_row = _with_claim(claim.db, sql, params, queries.FINISH_RUN_OUTCOMES, then,
+    fenced, final, next_row = _with_claim(claim, sql, params, queries.FINISH_RUN_OUTCOMES, then,
                                           exclude=queries.FINISH_RUN_TOUCHES)
     return ((final or status) if fenced == 1 else None), next_row
 
@@ -234,24 +292,26 @@ def release(claim, *, run_status, waiting_on, requeue, records, timers, items, n
     sql += _fill(queries.RELEASE)
     params.extend([run_status, waiting_on])
     outcomes = queries.RELEASE_OUTCOMES + ((queries.RELEASE_NOTIFY,) if notify or items else ())
-    fenced, _, next_row = _with_claim(claim.db, sql, params, outcomes, then)
+    fenced, _, next_row = _with_claim(claim, sql, params, outcomes, then)
     return fenced == 1, next_row
 
 
-def _with_claim(db, sql, params, outcomes, then, exclude=()) -> tuple[int, object, Claimed | None]:
-    """Run the CTEs in `sql`, then (with `then`) claim the next item in the same statement.
+def _with_claim(claim, sql, params, outcomes, then, exclude=()) -> tuple[int, object, Claimed | None]:
+    """Run the CTEs in `sql` (which end `claim`), then (with `then`) claim the next item in the
+    same statement.
 
     Return the fence's count, the first of `outcomes`, and the next claim's row (or None).
     `exclude`: SQL conditions on the claimed item `w` for the items the CTEs change, which
     the claim must not take.
     """
+    db = claim.db
     if then is None:
         row = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
         return row[0], row[1], None
-    ctes, select, claim_params = _claim_parts(**then, exclude=exclude)
+    ctes, select, claim_params = _claim_parts(**then, exclude=exclude, ending=claim.item_id)
     statement = queries.ENDED_AND_CLAIMED.format(ctes=sql, outcomes=", ".join(outcomes),
                                                  claim_ctes=ctes, claim_select=select)
-    row = execute(db, statement, [*params, *claim_params])[0]
+    row = _execute_claim(db, statement, [*params, *claim_params], then["queues"])[0]
     return row[0], row[1], _claimed(row[1 + len(outcomes):])
 
 
@@ -267,12 +327,12 @@ def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
     touched = queries.FINISH_BRANCH_TOUCHES
     if failed and fail_fast:
         touched += queries.FINISH_BRANCH_TOUCHES_FAIL_FAST
-    fenced, _, next_row = _with_claim(claim.db, sql, params, queries.FINISH_BRANCH_OUTCOMES, then, exclude=touched)
+    fenced, _, next_row = _with_claim(claim, sql, params, queries.FINISH_BRANCH_OUTCOMES, then, exclude=touched)
     return fenced == 1, next_row
 
 
 def retry_branch(claim, record, *, retry_at, then=None):
     """Record a branch's failed attempt and queue it again for `retry_at`, fenced."""
     sql, params = _end("'pending'", claim, [record], (), available_at=retry_at)
-    fenced, _, next_row = _with_claim(claim.db, sql, params, ("0",), then)
+    fenced, _, next_row = _with_claim(claim, sql, params, ("0",), then)
     return fenced == 1, next_row

@@ -33,7 +33,7 @@ claimed AS (
         claim_expires_at = {now} + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id {chain_guard}
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -42,7 +42,27 @@ run AS (
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({terminal})
     RETURNING r.id
+){rated}"""
+
+# With rate-limited queues among those claimed from (DURABLE_QUEUES): the claimed item's queue,
+# if it is one, may be claimed again one interval from now ((queue, seconds) as two arrays).
+CLAIM_RATE = """,
+rated AS (
+    INSERT INTO durable_queue (name, next_claim_at)
+    SELECT claimed.queue, {now} + make_interval(secs => r.every)
+    FROM claimed JOIN unnest(%s::varchar[], %s::float8[]) AS r (name, every) ON r.name = claimed.queue
+    ON CONFLICT (name) DO UPDATE SET next_claim_at = EXCLUDED.next_claim_at
+    RETURNING 1
 )"""
+
+# Before a claim from limited queues, in the same transaction: take each queue's turn, a lock
+# held until the claim commits, in the order of the queues' names (so two claims never wait for
+# each other in a circle). The claim's statement comes after it and so counts what is running
+# with every earlier claim of the queue committed and no other one between its count and its
+# commit: two workers never both take the last slot. Claims of other queues do not take turns.
+QUEUE_TURN = """
+SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
+FROM unnest(%s::text[]) AS turn (queue)"""
 
 # What the worker needs of the claimed item, in the order of rows.Claimed: the item, the
 # database's clock, the run's fields (read as they were before this statement; the UPDATE above
@@ -122,13 +142,13 @@ steps AS (
     {upsert} RETURNING 1
 )"""
 
-# Queue the run's parallel branches, (step_key, group, function, input) rows, on the run's queue
-# and priority.
+# Queue the run's parallel branches, (step_key, group, function, input) rows, on the run's queue,
+# with its priority and concurrency key.
 END_BRANCHES = """,
 branches AS (
-    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority,
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority, concurrency_key,
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
-    SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority,
+    SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', {now}, 0, false, '', '', {now}
     FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id,
          (VALUES {rows}) AS b (step_key, grp, function, input)
@@ -255,26 +275,27 @@ FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
 START = """
 WITH run AS (
     INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, detached)
+                                      queue, priority, concurrency_key, detached)
     {runs}
-    RETURNING id, queue, priority, created_at, updated_at
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
 item AS (
-    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, status,
-                                   available_at, attempts, wake, claimed_by, last_error)
-    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, 'pending', {now}, 0, false, '', ''
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', {now}, 0,
+           false, '', ''
     FROM run
     RETURNING 1
 )
 SELECT count(*), max(created_at), max(updated_at){notify} FROM run"""
 
-# One run: its id, workflow, input, max_attempts, queue, priority.
-START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, false)"
+# One run: its id, workflow, input, max_attempts, queue, priority, concurrency key.
+START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false)"
 
-# Many runs of one workflow: its name, max_attempts, queue and priority, then the runs' ids (an
-# array) and their inputs (one JSON array of the input texts, in the same order), so that however
-# many runs there are, they are six parameters.
-START_MANY = """SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, false
+# Many runs of one workflow: its name, max_attempts, queue, priority and concurrency key, then
+# the runs' ids (an array) and their inputs (one JSON array of the input texts, in the same
+# order), so that however many runs there are, they are seven parameters.
+START_MANY = """SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false
     FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
                                   WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)"""
 

@@ -18,7 +18,7 @@ from . import notify, postgres, queries
 
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
-               run_id=None, parent_id=None, run_at=None, detached=False) -> WorkflowRun:
+               run_id=None, parent_id=None, run_at=None, detached=False, concurrency_key=None) -> WorkflowRun:
     """Validate and store a run of `definition` with its work item (and deadline); return it.
 
     A run with a given `run_id` that exists already is returned as it is: a child's id is
@@ -33,12 +33,14 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     priority = definition.priority if priority is None else _check_priority(priority)
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
         raise ValueError(f"idempotency_key must be a string of 1 to 255 characters, not {idempotency_key!r}.")
+    concurrency_key = _check_concurrency_key(concurrency_key)
     db = conf.get("DATABASE")
     run = WorkflowRun(
         workflow=definition.name,
         input=text,
         queue=queue_name,
         priority=priority,
+        concurrency_key=concurrency_key,
         idempotency_key=idempotency_key,
         max_attempts=definition.max_attempts,
         parent_id=parent_id,
@@ -69,7 +71,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                     return existing
             run = existing
         WorkItem.objects.using(db).create(
-            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority, available_at=clock.db_now(),
+            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority, concurrency_key=concurrency_key,
+            available_at=clock.db_now(),
             # A delayed run's item stays idle until its timer wakes it.
             status=WorkItem.Status.PENDING if run_at is None else WorkItem.Status.COMPLETED,
         )
@@ -84,7 +87,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
 def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START)."""
     _, run.created_at, run.updated_at = _insert(
-        db, queries.START_ONE, [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority],
+        db, queries.START_ONE,
+        [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority, run.concurrency_key],
         notify=True,
     )
     run._state.adding, run._state.db = False, db
@@ -97,7 +101,7 @@ def _insert(db: str, runs: str, params: list, *, notify: bool) -> tuple:
     return postgres.execute(db, sql, params)[0][:3]
 
 
-def start_many(definition, calls, *, queue=None, priority=None) -> list:
+def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=None) -> list:
     """Store a run of `definition` for each of `calls` (a dict of keyword arguments, or a list or
     tuple of positional ones), ready now, in one statement per 5,000 runs; return their ids.
 
@@ -122,6 +126,7 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
             raise
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
+    concurrency_key = _check_concurrency_key(concurrency_key)
     ids = [uuid7() for _ in inputs]
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
@@ -129,16 +134,17 @@ def start_many(definition, calls, *, queue=None, priority=None) -> list:
             batch = slice(first, first + START_MANY_BATCH)
             if connections[db].vendor == "postgresql":
                 _insert(db, queries.START_MANY, [definition.name, definition.max_attempts, queue_name, priority,
-                                                 ids[batch], json.dumps(inputs[batch])],
+                                                 concurrency_key, ids[batch], json.dumps(inputs[batch])],
                         notify=first + START_MANY_BATCH >= len(ids))
             else:
                 runs = [WorkflowRun(id=run_id, workflow=definition.name, input=text, queue=queue_name,
-                                    priority=priority, max_attempts=definition.max_attempts)
+                                    priority=priority, max_attempts=definition.max_attempts,
+                                    concurrency_key=concurrency_key)
                         for run_id, text in zip(ids[batch], inputs[batch])]
                 WorkflowRun.objects.using(db).bulk_create(runs)
                 WorkItem.objects.using(db).bulk_create([
                     WorkItem(kind=WorkItem.Kind.ADVANCE, run_id=run.id, queue=queue_name, priority=priority,
-                             available_at=clock.db_now())
+                             concurrency_key=concurrency_key, available_at=clock.db_now())
                     for run in runs
                 ])
     return ids
@@ -162,6 +168,14 @@ def _check_queue(name: Any) -> str:
     if not isinstance(name, str) or not 0 < len(name) <= 100:
         raise ValueError(f"A queue name must be a string of 1 to 100 characters, not {name!r}.")
     return name
+
+
+def _check_concurrency_key(key: Any) -> str:
+    if key is None:
+        return ""
+    if not isinstance(key, str) or not 0 < len(key) <= 200:
+        raise ValueError(f"concurrency_key must be a string of 1 to 200 characters, not {key!r}.")
+    return key
 
 
 def _check_priority(priority: Any) -> int:

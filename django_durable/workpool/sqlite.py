@@ -10,11 +10,12 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from django.db import connections, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
 from django.db.models.functions import Coalesce
 
 from .. import clock
-from ..models import SignalMessage, Step, Timer, WorkflowRun, WorkItem
+from .. import queues as durable_queues
+from ..models import QueueState, SignalMessage, Step, Timer, WorkflowRun, WorkItem
 from ..journal import STEP_COLUMNS, UPSERT
 from .rows import Child, Claimed, Entry, Message
 
@@ -24,12 +25,38 @@ _ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
 
 
 def claim(*, worker, queues, db, token, lease, avoid=()):
+    limits = durable_queues.served(queues)
+    if not limits:
+        return _claim(worker=worker, queues=queues, db=db, token=token, avoid=avoid)
+    # A limited queue's claim counts what runs and takes a slot in one IMMEDIATE transaction:
+    # SQLite's one writer at a time makes that race-free across worker processes.
+    with transaction.atomic(using=db):
+        claimed = _claim(worker=worker, queues=queues, db=db, token=token, avoid=avoid, limits=limits)
+        if claimed is not None:
+            _rated(claimed.item_id, limits, db)
+        return claimed
+
+
+def _rated(item_id, limits, db) -> None:
+    """The claimed item's queue, if it has a rate limit, may be claimed again one interval from now."""
+    queue = WorkItem.objects.using(db).filter(id=item_id).values_list("queue", flat=True).get()
+    limit = next((limit for limit in limits if limit.name == queue and limit.rate is not None), None)
+    if limit is not None:
+        from datetime import timedelta
+
+        QueueState.objects.using(db).update_or_create(
+            name=queue, defaults={"next_claim_at": ExpressionWrapper(
+                clock.db_now() + Value(timedelta(seconds=limit.interval)), output_field=DateTimeField())},
+        )
+
+
+def _claim(*, worker, queues, db, token, avoid=(), limits=()):
     from . import RunState, lease_expiry
 
     # Compare-and-set: the UPDATE only matches the row while it is still pending, so of two
     # workers racing for a row exactly one changes it; the other tries the next row.
     for _ in range(3):
-        candidate = WorkItem.objects.using(db).ready(queues, avoid).values_list("id", flat=True).first()
+        candidate = WorkItem.objects.using(db).ready(queues, avoid, limits).values_list("id", flat=True).first()
         if candidate is None:
             return None
         changed = WorkItem.objects.using(db).filter(id=candidate, status=WorkItem.Status.PENDING).update(
@@ -139,10 +166,10 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
             )
     _consume(claim, records)
     if items:
-        run = WorkflowRun.objects.using(claim.db).values("queue", "priority").get(id=claim.run_id)
+        run = WorkflowRun.objects.using(claim.db).values("queue", "priority", "concurrency_key").get(id=claim.run_id)
         WorkItem.objects.using(claim.db).bulk_create(
             WorkItem(kind=WorkItem.Kind.STEP, run_id=claim.run_id, step_key=key, group=group, function=function,
-                     input=text, queue=run["queue"], priority=run["priority"], available_at=clock.db_now())
+                     input=text, available_at=clock.db_now(), **run)
             for key, group, function, text in items
         )
     Timer.objects.using(claim.db).bulk_create(

@@ -51,6 +51,18 @@ def pay(run_id, amount):
     return {"amount": amount}
 
 
+def timed(run_id, seconds):
+    """Record when this execution starts and ends (time.time()), for the queue-limit tests."""
+    ledger.record(run_id, f"start:{time.time():.6f}")
+    time.sleep(seconds)
+    ledger.record(run_id, f"end:{time.time():.6f}")
+
+
+@durable.workflow("tests.timed")
+def timed_run(ctx, seconds=0.0):
+    ctx.step("timed", timed, ctx.run_id, seconds)
+
+
 @durable.workflow("tests.three_steps")
 def three_steps(ctx, x=1):
     a = ctx.step("a", mark, ctx.run_id, "a", x)

@@ -53,6 +53,7 @@ class Command(BaseCommand):
         start.add_argument("--idempotency-key")
         start.add_argument("--queue")
         start.add_argument("--priority", type=int)
+        start.add_argument("--concurrency-key", help="runs of one key share their queue's key_concurrency")
         start.add_argument("--delay", type=float, help="start in this many seconds")
         start.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the result this long")
         start.add_argument("--json", action="store_true")
@@ -112,11 +113,12 @@ class Command(BaseCommand):
 
     # -- runs -------------------------------------------------------------------------------------
 
-    def do_start(self, *, workflow, arguments, keywords, idempotency_key, queue, priority, delay, wait, json, **_):
+    def do_start(self, *, workflow, arguments, keywords, idempotency_key, queue, priority, concurrency_key, delay,
+                 wait, json, **_):
         try:
             run = services.start_run(workflow, _json(arguments, "--args"), _json(keywords, "--kwargs"),
                                      idempotency_key=idempotency_key, queue=queue, priority=priority, delay=delay,
-                                     by=self.by)
+                                     concurrency_key=concurrency_key, by=self.by)
         except TypeError as exc:  # --args not a list, --kwargs not an object
             raise ValueError(str(exc)) from None
         if wait is None:
@@ -226,7 +228,13 @@ class Command(BaseCommand):
                               + ", ".join(f"{n} {label}" for label, n in counts.items()))
         self.stdout.write(f"throughput: {data['finished_per_minute']:g} runs finished a minute over the last hour")
         for queue in data["queues"]:
-            self.stdout.write(f"queue {queue['queue']}: {queue['ready']} ready, the oldest waited {queue['lag']}")
+            line = f"queue {queue['queue']}: {queue['ready']} ready"
+            if queue["lag"]:
+                line += f", the oldest waited {queue['lag']}"
+            line += f"; {queue['running']} running" + (" (full)" if queue["full"] else "")
+            if queue["limits"]:
+                line += f"; limits: {queue['limits']}"
+            self.stdout.write(line)
         if not data["queues"]:
             self.stdout.write("no work is waiting for a worker")
         self.stdout.write(f"workers: {data['workers']['live']} live, {data['workers']['stale']} stale; "

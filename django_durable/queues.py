@@ -1,0 +1,123 @@
+"""Queues with limits (DURABLE_QUEUES): how many items of a queue run at once, how many of one
+concurrency key, and how many start per period, across every worker.
+
+    DURABLE_QUEUES = {
+        "emails": {"concurrency": 5, "rate_limit": "10/s"},
+        "reports": {"concurrency": 20, "key_concurrency": 1},
+    }
+
+A queue not named here has no limits. The limits are enforced in the claim itself, so two
+workers never both take the last slot: on PostgreSQL the claims of a limited queue take turns on
+a transaction-scoped advisory lock and then count what runs (see workpool/postgres.py); on SQLite
+the claim's IMMEDIATE transaction already makes writers take turns.
+
+What runs is what is claimed: a work item counts against its queue's concurrency from its claim to
+its end (a crashed worker's item counts until its lease runs out and the reaper takes it back). A
+workflow run counts while one of its items is being processed, not while it sleeps or waits.
+A rate limit spaces the claims of the queue evenly: "10/s" is one claim every 100 ms at most, so
+any window of T seconds holds at most 10·T + 1 claims (a task's execution, or a workflow's advance).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import conf
+
+_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*(?:\.\d+)?)\s*([a-z]+?)s?\s*$")
+KNOWN = ("concurrency", "key_concurrency", "rate_limit")
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """One queue's limits (None: no such limit)."""
+
+    name: str
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate: tuple[int, float] | None = None  # (claims, per seconds)
+
+    @property
+    def interval(self) -> float | None:
+        """Seconds between two claims of the queue at most its rate (None: no rate limit)."""
+        return None if self.rate is None else self.rate[1] / self.rate[0]
+
+    def describe(self) -> str:
+        parts = []
+        if self.concurrency is not None:
+            parts.append(f"{self.concurrency} at once")
+        if self.key_concurrency is not None:
+            parts.append(f"{self.key_concurrency} per key")
+        if self.rate is not None:
+            count, seconds = self.rate
+            parts.append(f"{count} per {seconds:g} s")
+        return ", ".join(parts) or "no limits"
+
+
+def parse_rate(text) -> tuple[int, float]:
+    """"10/s", "100/min", "5/10s", "1000/hour" -> (claims, seconds); ValueError for anything else."""
+    match = _RATE.match(text) if isinstance(text, str) else None
+    if match is None or match.group(3) not in _UNITS:
+        raise ValueError(f"A rate limit is written as 'N/unit' or 'N/Kunit' (s, min, hour, day), such as "
+                         f"'10/s' or '100/min', not {text!r}.")
+    count, multiple, unit = int(match.group(1)), float(match.group(2) or 1), _UNITS[match.group(3)]
+    if count <= 0 or multiple <= 0:
+        raise ValueError(f"A rate limit must allow a positive number of claims per period, not {text!r}.")
+    return count, multiple * unit
+
+
+def _positive(queue: str, name: str, value) -> int:
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"DURABLE_QUEUES[{queue!r}][{name!r}] must be a positive integer, not {value!r}.")
+    return value
+
+
+def parse(setting) -> dict[str, QueueLimits]:
+    """DURABLE_QUEUES, checked: {queue name: QueueLimits}; ValueError naming what is wrong."""
+    if not isinstance(setting, dict):
+        raise ValueError(f"DURABLE_QUEUES must be a dict of queue names to their limits, not {type(setting).__name__}.")
+    limits = {}
+    for name, options in setting.items():
+        if not isinstance(name, str) or not 0 < len(name) <= 100:
+            raise ValueError(f"A queue name in DURABLE_QUEUES must be a string of 1 to 100 characters, not {name!r}.")
+        if not isinstance(options, dict):
+            raise ValueError(f"DURABLE_QUEUES[{name!r}] must be a dict such as {{'concurrency': 5}}, not {options!r}.")
+        unknown = sorted(set(options) - set(KNOWN))
+        if unknown:
+            raise ValueError(f"DURABLE_QUEUES[{name!r}] has {unknown[0]!r}, which is not a limit; "
+                             f"use {', '.join(KNOWN)}.")
+        rate = options.get("rate_limit")
+        try:
+            rate = None if rate is None else parse_rate(rate)
+        except ValueError as exc:
+            raise ValueError(f"DURABLE_QUEUES[{name!r}]['rate_limit']: {exc}") from None
+        limits[name] = QueueLimits(
+            name,
+            concurrency=None if options.get("concurrency") is None else _positive(name, "concurrency", options["concurrency"]),
+            key_concurrency=None if options.get("key_concurrency") is None
+            else _positive(name, "key_concurrency", options["key_concurrency"]),
+            rate=rate,
+        )
+    return limits
+
+
+_parsed: tuple = (None, {})
+
+
+def limited() -> dict[str, QueueLimits]:
+    """The queues that have a limit, by name (parsed once for each value of the setting)."""
+    global _parsed
+    setting = conf.get("QUEUES")
+    if not setting:
+        return {}
+    if _parsed[0] is not setting:
+        _parsed = (setting, {name: limits for name, limits in parse(setting).items()
+                             if (limits.concurrency, limits.key_concurrency, limits.rate) != (None, None, None)})
+    return _parsed[1]
+
+
+def served(queues: list[str] | None) -> list[QueueLimits]:
+    """The limited queues among `queues` (None: every queue), by name: the order their locks are taken in."""
+    return [limits for name, limits in sorted(limited().items()) if queues is None or name in queues]
