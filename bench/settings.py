@@ -19,6 +19,12 @@ INSTALLED_APPS = [
     "django_durable",
     "bench.benchapp",
 ]
+# django.tasks on Django 6; the django-tasks backport (an app) on Django 5.2.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}
 # The admin and api sections render the operator dashboard and the API through the whole request stack.
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -1,4 +1,5 @@
-"""The Django app: registers system checks and discovers each installed app's workflows.py."""
+"""The Django app: registers system checks and discovers each installed app's workflows.py (and
+tasks.py, when TASKS uses django_durable.tasks.DurableBackend)."""
 
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
@@ -13,5 +14,11 @@ class DurableConfig(AppConfig):
     def ready(self):
         from . import checks  # noqa: F401 - registers the system checks
 
-        # Like admin.py: every installed app's workflows.py registers its workflows.
+        # Like admin.py: every installed app's workflows.py registers its workflows, and, when
+        # TASKS runs tasks here, its tasks.py its django.tasks tasks (tasks.discover).
         autodiscover_modules("workflows")
+        from django.conf import settings
+
+        backends = getattr(settings, "TASKS", None) or {}
+        if any(str(options.get("BACKEND", "")).endswith(".DurableBackend") for options in backends.values()):
+            autodiscover_modules("tasks")

@@ -85,6 +85,12 @@ class WorkflowRun(models.Model):
         default=False, db_default=False, editable=False,
         help_text="Someone waits for its result (durable.wait on PostgreSQL): its end is announced by NOTIFY.",
     )
+    last_worker = models.CharField(
+        max_length=200, blank=True, default="", db_default="", editable=False,
+        help_text="The worker that last claimed the run to advance it.",
+    )
+    last_claimed_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                           help_text="When a worker last claimed the run to advance it.")
     deadline_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     scheduled_at = models.DateTimeField(

@@ -34,6 +34,8 @@ class WorkflowDefinition:
     compensate_on_cancel: bool = False
     schedule: str | dict | None = None
 
+    kind = "workflow"  # or "task": a django.tasks task (tasks.TaskDefinition)
+
     @property
     def qualified_name(self) -> str:
         return f"{self.fn.__module__}.{self.fn.__qualname__}"

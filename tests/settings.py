@@ -31,6 +31,13 @@ INSTALLED_APPS = [
     "example_project.orders",
     "example_project.examples",
 ]
+# django.tasks on Django 6; the django-tasks backport (an app of its own) on Django 5.2.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend",
+                     "QUEUES": ["default", "emails", "slow"]}}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -23,6 +23,27 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(workflow=self.value()) if self.value() else queryset
 
 
+class KindFilter(admin.SimpleListFilter):
+    """Workflows, or django.tasks tasks (runs of the tasks this process knows)."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return [("workflow", "Workflows"), ("task", "Tasks")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "task":
+            return queryset.filter(workflow__in=task_names())
+        if self.value() == "workflow":
+            return queryset.exclude(workflow__in=task_names())
+        return queryset
+
+
+def task_names() -> list[str]:
+    return [d.name for d in registry.definitions() if d.kind == "task"]
+
+
 class QueueFilter(admin.SimpleListFilter):
     title = "queue"
     parameter_name = "queue"

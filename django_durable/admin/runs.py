@@ -26,7 +26,7 @@ from ..workpool import evidence
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
 from .base import DurableAdmin, parse_uuid
-from .filters import ErrorFilter, QueueFilter, StuckFilter, WorkflowFilter
+from .filters import ErrorFilter, KindFilter, QueueFilter, StuckFilter, WorkflowFilter
 
 Status = WorkflowRun.Status
 STEPS_PER_PAGE = 200
@@ -78,7 +78,7 @@ class WorkflowRunAdmin(DurableAdmin):
     # created and how long it took share one.
     list_display = ["short_id", "workflow", "status_badge", "now_doing", "created", "last_error"]
     list_display_links = ["short_id"]
-    list_filter = ["status", WorkflowFilter, QueueFilter, ErrorFilter, StuckFilter]
+    list_filter = ["status", KindFilter, WorkflowFilter, QueueFilter, ErrorFilter, StuckFilter]
     search_fields = ["workflow"]  # shows the box; get_search_results decides
     search_help_text = "A run id (or its last 8 digits), a workflow name, or an idempotency key."
     date_hierarchy = "created_at"

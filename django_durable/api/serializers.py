@@ -50,6 +50,7 @@ class RunSummarySerializer(serializers.Serializer):
 
     id = serializers.UUIDField()
     workflow = serializers.CharField()
+    kind = serializers.SerializerMethodField(help_text="workflow, or task: a django.tasks task.")
     status = serializers.ChoiceField(choices=WorkflowRun.Status.choices)
     waiting_on = serializers.CharField()
     queue = serializers.CharField()
@@ -66,6 +67,11 @@ class RunSummarySerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     deadline_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field({"type": "string", "enum": ["workflow", "task"]})
+    def get_kind(self, run) -> str:
+        definition = registry.find(run.workflow)
+        return definition.kind if definition is not None else "workflow"
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_cancel_requested(self, run) -> bool:

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from .. import conf, schedules, services
+from .. import conf, registry, schedules, services
 from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
@@ -154,6 +154,8 @@ LIST_FILTERS = [
     OpenApiParameter("status", OpenApiTypes.STR, description="One status, or several separated by commas."),
     OpenApiParameter("workflow", OpenApiTypes.STR),
     OpenApiParameter("queue", OpenApiTypes.STR),
+    OpenApiParameter("kind", OpenApiTypes.STR, enum=["workflow", "task"],
+                     description="Workflows, or django.tasks tasks (django_durable.tasks.DurableBackend)."),
     OpenApiParameter("created_after", OpenApiTypes.DATETIME),
     OpenApiParameter("created_before", OpenApiTypes.DATETIME),
 ]
@@ -192,6 +194,11 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         for field in ("workflow", "queue"):
             if params.get(field):
                 runs = runs.filter(**{field: params[field]})
+        if params.get("kind"):
+            if params["kind"] not in ("workflow", "task"):
+                raise exceptions.ValidationError({"kind": ["Use workflow or task."]})
+            tasks = [d.name for d in registry.definitions() if d.kind == "task"]
+            runs = runs.filter(workflow__in=tasks) if params["kind"] == "task" else runs.exclude(workflow__in=tasks)
         for name, lookup in (("created_after", "created_at__gte"), ("created_before", "created_at__lt")):
             if params.get(name):
                 when = _datetime(params[name], name)

@@ -230,7 +230,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         signals.send(signals.run_started, run.workflow, run_id=claim.run_id)
 
     try:
-        definition = registry.get(run.workflow)
+        definition = registry.find(run.workflow) or _task_of(run.workflow) or registry.get(run.workflow)
         arguments = serialization.decode(run.input)
         args, kwargs = arguments.get("args", []), arguments.get("kwargs", {})
     except WorkflowNotFound:
@@ -260,7 +260,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     except CompensationFailed as failed:
         return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
     except Exception as exc:
-        if run.attempt < run.max_attempts:
+        if run.attempt < run.max_attempts and _retried(exc, definition):
             return _retry_run(claim, run, session, exc, definition)
         if definition.compensate_on_failure:
             return _compensate(claim, run, session, context, RunStatus.FAILED, _error_text(exc))
@@ -341,10 +341,26 @@ def _timed_out(claim, run, session) -> str:
     return _finish(claim, run, RunStatus.TIMED_OUT, error=_error_text(exc, with_traceback=False), session=session)
 
 
+def _task_of(name: str):
+    """The definition of the django.tasks task `name`, imported from its app if need be (tasks.load)."""
+    try:
+        from .. import tasks
+    except ImportError:  # neither Django 6 nor the django-tasks backport: no tasks
+        return None
+    return tasks.load(name)
+
+
+def _retried(exc: Exception, definition) -> bool:
+    """Whether a run whose function raised `exc` (with attempts left) goes again: not for the
+    exceptions its retry policy names as not retryable, nor NonRetryableError."""
+    policy = definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY"))
+    return policy.retries(exc, 0)  # attempt 0: the run's max_attempts counts, not the policy's
+
+
 def _retry_run(claim, run, session, exc, definition) -> str:
     """The workflow function raised with attempts left: go again from the last checkpoint."""
     policy = definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY"))
-    retry_at = session.now() + dt.timedelta(seconds=policy.backoff(run.attempt))
+    retry_at = session.now() + dt.timedelta(seconds=policy.delay(exc, run.attempt))
     records = session.take_pending()
     error = _error_text(exc)
     if not workpool.retry_run(claim, retry_at=retry_at, error=error, records=records,

@@ -388,7 +388,8 @@ def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[
         if not claim.fence().end(Status.COMPLETED, step_key=""):
             claim.lost = True
             return False
-        evidence.keep(claim.run_id, attempt=claim.run.attempt, status=RunStatus.FAILED, error=error, db=claim.db)
+        evidence.keep(claim.run_id, attempt=claim.run.attempt, status=RunStatus.FAILED, error=error,
+                      worker=claim.worker, db=claim.db)
         Step.objects.using(claim.db).filter(run_id=claim.run_id, status=Step.Status.FAILED).delete()
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(
             status=RunStatus.WAITING, attempt=F("attempt") + 1, error=error, waiting_on=waiting_on[:500],

@@ -15,9 +15,11 @@ from ..models import Step, WorkflowEvent, WorkflowRun
 TRACEBACK_CHARS = 5_000
 
 
-def keep(run_id, *, attempt: int, status: str, error: str | None, finished_at=None, db: str) -> None:
+def keep(run_id, *, attempt: int, status: str, error: str | None, finished_at=None, worker: str = "",
+         db: str) -> None:
     """Copy the ending attempt's error and its failed steps' errors into the audit trail (the
-    entry's time is when the attempt ended, unless `finished_at` says it ended earlier)."""
+    entry's time is when the attempt ended, unless `finished_at` says it ended earlier; `worker`
+    is the worker that ran it, when known)."""
     steps = [
         {"key": key, "attempts": attempts, "errors": serialization.error_history(text)}
         for key, attempts, text in Step.objects.using(db).filter(run_id=run_id, status=Step.Status.FAILED)
@@ -30,7 +32,7 @@ def keep(run_id, *, attempt: int, status: str, error: str | None, finished_at=No
     WorkflowEvent.objects.using(db).create(
         run_id=run_id, type=WorkflowEvent.Type.ATTEMPT_ENDED, message=f"Attempt {attempt} ended {status}",
         data={"attempt": attempt, "status": status, "finished_at": finished_at.isoformat() if finished_at else None,
-              "error": parts, "steps": steps},
+              "error": parts, "steps": steps, **({"worker": worker} if worker else {})},
     )
 
 

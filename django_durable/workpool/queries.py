@@ -33,12 +33,13 @@ claimed AS (
         claim_expires_at = {now} + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id {chain_guard}
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = {now}
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({terminal})
     RETURNING r.id

@@ -83,7 +83,7 @@ def _claim(*, worker, queues, db, token, avoid=(), limits=()):
         if kind == WorkItem.Kind.ADVANCE:
             # Advancing makes the run `running`; a branch (a step item) leaves it waiting.
             runs.update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), clock.db_now()),
-                        updated_at=clock.db_now(), waiting_on="")
+                        updated_at=clock.db_now(), waiting_on="", last_worker=worker, last_claimed_at=clock.db_now())
         state = runs.values_list(
             "workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at"
         ).first()

@@ -10,12 +10,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -46,12 +47,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -206,12 +208,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -294,12 +297,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -364,12 +368,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -434,12 +439,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -492,12 +498,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -577,12 +584,13 @@ claimed AS (
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = ''
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id

@@ -1,0 +1,11 @@
+"""The benchmark's django.tasks task (django_durable.tasks.DurableBackend): one call, no work."""
+
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import task
+
+
+@task()
+def one_step(n):
+    return n

@@ -1,0 +1,318 @@
+"""A `django.tasks` backend: tasks run on durable workers, from the same workpool as workflows.
+
+    TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}
+
+Django 6 ships the `django.tasks` API; on Django 5.2 the `django-tasks` backport provides it
+(`pip install "django-durable-workflows[tasks]"`). A task is stored as a run of a one-call
+workflow: the worker claims it, calls the function and records its return value with the run's
+end, in the statement that claims its next item. No journal entry is written, so a task costs a
+start and a claim-and-finish and nothing more. It gets what every run gets: its queue's limits
+(DURABLE_QUEUES), priorities, `run_after`, cancellation, the admin, the REST API, `durable.wait()`.
+
+Beyond the standard options, `@task` takes `retry` (a durable.RetryPolicy, or how many attempts
+in all with the default back-off) and `timeout` (seconds one attempt may run):
+
+    @task(queue_name="emails", retry=3, timeout=30)
+    def send_receipt(order_id): ...
+
+A worker that dies mid-task leaves the task to be run again (at least once, as for any step):
+make tasks idempotent, or make them steps of a workflow when a side effect must not repeat.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import uuid
+from dataclasses import dataclass
+
+from . import conf, registry, serialization, signals
+from .exceptions import Cancelled, DurableError, InvalidArguments
+from .interrupts import CancelRequested
+from .models import WorkflowEvent, WorkflowRun
+from .retry import RetryPolicy
+
+try:  # Django 6
+    from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus
+    from django.tasks import Task as _Task
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task as _Task
+    from django_tasks.base import TaskError
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+__all__ = ["DurableBackend", "DurableTask", "TaskExited"]
+
+Status = WorkflowRun.Status
+
+# A run's status as a task's. Waiting is a task's run_after not reached yet, or its next attempt's
+# back-off; every ending but completed (failed, cancelled, timed out) is FAILED.
+STATUSES = {
+    Status.PENDING: TaskResultStatus.READY,
+    Status.WAITING: TaskResultStatus.READY,
+    Status.RUNNING: TaskResultStatus.RUNNING,
+    Status.COMPLETED: TaskResultStatus.SUCCESSFUL,
+}
+
+
+class TaskExited(DurableError):
+    """The task called sys.exit(); recorded as its failure instead of stopping the worker."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DurableTask(_Task):
+    """A task of the durable backend: the standard fields, its retries and its timeout."""
+
+    retry: RetryPolicy | int | None = None  # a policy, or attempts in all (default back-off); None: once
+    timeout: float | None = None  # seconds one attempt may run
+
+    @property
+    def policy(self) -> RetryPolicy:
+        if isinstance(self.retry, RetryPolicy):
+            return self.retry
+        return RetryPolicy(max_attempts=self.retry or 1)
+
+
+class TaskDefinition(registry.WorkflowDefinition):
+    """The registry's entry for a task: a workflow of one call, without a journal."""
+
+    kind = "task"
+
+    def check_arguments(self, args, kwargs: dict) -> None:
+        """Refuse arguments the task function cannot take before anything is stored."""
+        task = self.fn.task
+        try:
+            signature = inspect.signature(task.func)
+        except (TypeError, ValueError):
+            return
+        try:
+            signature.bind(*((None,) if task.takes_context else ()), *args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArguments(f"Task {self.name!r} cannot be enqueued with these arguments: {exc}.") from None
+
+
+class _Call:
+    """The workflow function of a task: one call per attempt, under the attempt's timeout."""
+
+    def __init__(self, task):
+        self.task = task
+        self.__module__, self.__qualname__ = task.func.__module__, task.func.__qualname__
+        self.__name__ = task.func.__name__
+
+    def __call__(self, ctx, *args, **kwargs):
+        task, session = self.task, ctx._session
+        backend = task.get_backend()
+        claim = session.claim
+        workers = [attempt["worker"] for attempt in _attempts(ctx.run_id, ctx.attempt)] + [claim.worker]
+        running = TaskResult(
+            task=task, id=str(ctx.run_id), status=TaskResultStatus.RUNNING, enqueued_at=None,
+            started_at=claim.db_time, finished_at=None, last_attempted_at=claim.db_time, args=list(args),
+            kwargs=dict(kwargs), backend=backend.alias, errors=[], worker_ids=workers,
+        )
+        if len(_running) > 1000:  # attempts that ended in a retry, never finished here
+            _running.clear()
+        _running[str(ctx.run_id)] = running
+        task_started.send(type(backend), task_result=running)
+        if task.takes_context:
+            args = (TaskContext(task_result=running), *args)
+        timeout = getattr(task, "timeout", None)
+        deadline = session.now() + dt.timedelta(seconds=timeout) if timeout else None
+        try:
+            with session.alarm(deadline, "task"):
+                return task.call(*args, **kwargs)
+        except Cancelled:
+            if claim.cancel_requested:
+                raise CancelRequested() from None  # the run ends cancelled
+            raise
+        except SystemExit as exc:
+            raise TaskExited(f"The task called sys.exit({exc.code!r}).") from exc
+
+
+class DurableBackend(BaseTaskBackend):
+    """Runs `django.tasks` tasks on django-durable's workers (see this module's documentation)."""
+
+    task_class = DurableTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        if "QUEUES" not in params:
+            # The queues a task may name, unless TASKS says: "default" and those of DURABLE_QUEUES.
+            self.queues = {DEFAULT_TASK_QUEUE_NAME, *conf.get("QUEUES")}
+
+    def validate_task(self, task) -> None:
+        super().validate_task(task)
+        if isinstance(task, DurableTask):
+            retry = task.retry
+            if not (retry is None or isinstance(retry, RetryPolicy) or (type(retry) is int and retry >= 1)):
+                raise InvalidTask(f"retry must be a durable.RetryPolicy or a number of attempts >= 1, not {retry!r}.")
+            timeout = task.timeout
+            if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                        or timeout <= 0):
+                raise InvalidTask(f"timeout must be a positive number of seconds, not {timeout!r}.")
+        _register(task)
+
+    def enqueue(self, task, args, kwargs):
+        """Store a run of the task, ready (or waiting for `run_after`); inside the caller's
+        transaction.atomic() it commits or rolls back with it."""
+        from .workpool.runs import create_run
+
+        self.validate_task(task)
+        run = create_run(registry.get(task.module_path), list(args), dict(kwargs), queue=task.queue_name,
+                         priority=task.priority, run_at=task.run_after)
+        result = TaskResult(
+            task=task, id=str(run.pk), status=TaskResultStatus.READY, enqueued_at=run.created_at, started_at=None,
+            finished_at=None, last_attempted_at=None, args=list(args), kwargs=dict(kwargs), backend=self.alias,
+            errors=[], worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id):
+        try:
+            pk = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        run = WorkflowRun.objects.using(conf.get("DATABASE")).filter(pk=pk).first()
+        task = _task_of(run.workflow) if run is not None else None
+        if task is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self.result_of(run, task)
+
+    def result_of(self, run: WorkflowRun, task) -> TaskResult:
+        """The TaskResult a task's run stands for."""
+        arguments = serialization.decode(run.input)
+        earlier = _attempts(run.pk, run.attempt)
+        workers = [attempt["worker"] for attempt in earlier]
+        if run.last_worker and run.status != Status.WAITING:  # a waiting run's last try is in `earlier`
+            workers.append(run.last_worker)
+        errors = [error for attempt in earlier if (error := _task_error(attempt["error"]))]
+        if run.status not in STATUSES and (error := _task_error(run.get_error())):
+            errors.append(error)
+        result = TaskResult(
+            task=task, id=str(run.pk), status=STATUSES.get(run.status, TaskResultStatus.FAILED),
+            enqueued_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
+            last_attempted_at=run.last_claimed_at, args=arguments.get("args", []),
+            kwargs=arguments.get("kwargs", {}), backend=self.alias, errors=errors, worker_ids=workers,
+        )
+        if run.status == Status.COMPLETED:
+            object.__setattr__(result, "_return_value", run.get_result())
+        return result
+
+
+def _attempts(run_id, attempt: int) -> list[dict]:
+    """The attempts before the current one, oldest first: their worker and error (the audit trail)."""
+    if attempt <= 1:
+        return []
+    ended = WorkflowEvent.objects.using(conf.get("DATABASE")).filter(run_id=run_id, type=WorkflowEvent.Type.ATTEMPT_ENDED)
+    return [{"worker": data.get("worker") or "", "error": data.get("error")}
+            for data in ended.order_by("at", "id").values_list("data", flat=True)]
+
+
+def _task_error(error) -> TaskError | None:
+    """A recorded error ({"type", "message", "traceback"}) as django.tasks shows it."""
+    if not error:
+        return None
+    kind = str(error.get("type") or "Exception")
+    return TaskError(exception_class_path=kind if "." in kind else f"builtins.{kind}",
+                     traceback=str(error.get("traceback") or error.get("message") or ""))
+
+
+_tasks: dict[str, _Task] = {}  # by module path: the task as its decorator made it
+
+
+def _register(task) -> None:
+    """Make the task startable by its module path in this process; a worker registers it when it
+    imports the task's module. Its variants made with .using() share the entry: what they
+    change (queue, priority, run_after) goes with each enqueued run."""
+    name = task.module_path
+    known = registry.find(name)
+    if known is not None and not isinstance(known, TaskDefinition):
+        raise InvalidTask(f"{name!r} is the name of a registered workflow; a task cannot take it.")
+    if known is not None and known.fn.task.func is task.func:
+        return
+    _tasks[name] = task
+    policy = task.policy if isinstance(task, DurableTask) else RetryPolicy(max_attempts=1)
+    registry.register(TaskDefinition(name=name, fn=_Call(task), queue=task.queue_name, priority=task.priority,
+                                     max_attempts=policy.max_attempts, retry=policy))
+
+
+def _task_of(name: str):
+    """The task registered under `name` in this process (importing its module if it belongs to an
+    installed app), or None: a workflow's run, or a task this process cannot know."""
+    definition = registry.find(name) or load(name)
+    return definition.fn.task if isinstance(definition, TaskDefinition) else None
+
+
+def load(name: str) -> registry.WorkflowDefinition | None:
+    """Import the module of the task `name` ("app.tasks.send_receipt") if it is one of an
+    installed app's modules, so that its tasks register; return its definition, or None.
+
+    Every process imports the installed apps' `tasks` modules at start-up (apps.py); this finds
+    tasks that live elsewhere in an app. Nothing outside the installed apps is imported from a name.
+    """
+    from django.apps import apps
+    from django.utils.module_loading import import_string
+
+    module = name.rpartition(".")[0]
+    if not any(module == app.name or module.startswith(app.name + ".") for app in apps.get_app_configs()):
+        return None
+    try:
+        import_string(name)
+    except ImportError:
+        return None
+    return registry.find(name)
+
+
+_running: dict[str, TaskResult] = {}  # by run id: the attempt this worker process runs now
+
+
+def _finished(workflow, run_id, *, succeeded: bool, result=None, error=None) -> None:
+    """task_finished, once a task's run has ended (after its end was committed)."""
+    definition = registry.find(workflow)
+    if not isinstance(definition, TaskDefinition):
+        return
+    task = definition.fn.task
+    backend = task.get_backend()
+    running = _running.pop(str(run_id), None)
+    if running is None:  # ended outside an attempt of this process (cancelled before it ran): read it
+        run = WorkflowRun.objects.using(conf.get("DATABASE")).filter(pk=run_id).first()
+        if run is not None:
+            task_finished.send(type(backend), task_result=backend.result_of(run, task))
+        return
+    # The attempt that just ended, as this worker saw it: no read of what it just wrote.
+    from django.utils import timezone
+
+    ended = TaskResult(
+        task=task, id=running.id, status=TaskResultStatus.SUCCESSFUL if succeeded else TaskResultStatus.FAILED,
+        enqueued_at=running.enqueued_at, started_at=running.started_at, finished_at=timezone.now(),
+        last_attempted_at=running.last_attempted_at, args=running.args, kwargs=running.kwargs,
+        backend=running.backend, errors=[e for e in [_task_error(error)] if e is not None and not succeeded],
+        worker_ids=running.worker_ids,
+    )
+    if succeeded:
+        object.__setattr__(ended, "_return_value", result)
+    task_finished.send(type(backend), task_result=ended)
+
+
+def _completed(sender, workflow, run_id, result=None, **kwargs):
+    _finished(workflow, run_id, succeeded=True, result=result)
+
+
+def _failed(sender, workflow, run_id, error=None, **kwargs):
+    _finished(workflow, run_id, succeeded=False, error=error)
+
+
+signals.run_completed.connect(_completed, dispatch_uid="django_durable.tasks.completed")
+signals.run_failed.connect(_failed, dispatch_uid="django_durable.tasks.failed")
+signals.run_cancelled.connect(_failed, dispatch_uid="django_durable.tasks.cancelled")

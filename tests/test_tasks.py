@@ -1,0 +1,320 @@
+"""The django.tasks backend (django_durable.tasks.DurableBackend): a conformance suite.
+
+The behaviours are those django-tasks checks its own backends for (enqueue, results, errors,
+context, signals, priorities, run_after, validation), here against durable workers: in this
+process with drain(), and in real worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+import django_durable as durable
+from django_durable.models import Step, WorkflowRun
+from django_durable.tasks import DurableBackend, TaskExited
+from django_durable.testing import drain
+from tests.conftest import assert_settled
+from tests.testapp import ledger
+from tests.testapp import tasks as test_tasks
+
+try:
+    from django.tasks import TaskResultStatus, default_task_backend, task_backends
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:
+    from django_tasks import TaskResultStatus, default_task_backend, task_backends
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_backend_is_the_durable_one():
+    assert isinstance(task_backends["default"], DurableBackend) and default_task_backend.alias == "default"
+    features = (default_task_backend.supports_defer, default_task_backend.supports_async_task,
+                default_task_backend.supports_get_result, default_task_backend.supports_priority)
+    assert features == (True, True, True, True)
+
+
+# -- enqueue and results --------------------------------------------------------------------------
+
+
+def test_enqueue_returns_a_ready_result_that_a_worker_completes():
+    result = test_tasks.echo.enqueue(1, two=3)
+    assert result.status == TaskResultStatus.READY and not result.is_finished
+    assert (result.args, result.kwargs, result.task, result.backend) == ([1], {"two": 3}, test_tasks.echo, "default")
+    assert result.enqueued_at is not None and result.started_at is None and result.worker_ids == []
+    with pytest.raises(ValueError, match="Task has not finished yet"):
+        result.return_value  # noqa: B018
+    assert drain(worker="w-1") == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.is_finished
+    assert result.return_value == {"args": [1], "kwargs": {"two": 3}}
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at is not None
+    assert (result.attempts, result.worker_ids, result.errors) == (1, ["w-1"], [])
+    again = default_task_backend.get_result(result.id)
+    assert again.return_value == result.return_value and again.id == result.id
+    assert test_tasks.echo.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_task_writes_no_journal_and_one_statement_ends_it_and_claims_the_next():
+    first, second = test_tasks.noop.enqueue(), test_tasks.noop.enqueue()
+    with CaptureQueriesContext(connection) as queries:
+        assert drain() == 2
+    assert not Step.objects.exists()  # a task needs no journal
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT", "WITH"))]
+    assert len(writes) <= 4 if connection.vendor == "postgresql" else True, writes
+    assert {default_task_backend.get_result(r.id).status for r in (first, second)} == {TaskResultStatus.SUCCESSFUL}
+
+
+def test_an_async_task_runs():
+    result = test_tasks.add_async.enqueue(2, 3)
+    drain()
+    assert default_task_backend.get_result(result.id).return_value == 5
+
+
+def test_aenqueue_and_aget_result():
+    result = asyncio.run(_aenqueue())
+    drain()
+    fetched = asyncio.run(default_task_backend.aget_result(result.id))
+    assert fetched.return_value == 42
+
+
+async def _aenqueue():
+    return await test_tasks.meaning_of_life.aenqueue()
+
+
+@pytest.mark.parametrize("task, exception, message", [
+    (test_tasks.fails, ValueError, "This task failed due to ValueError"),
+    (test_tasks.exits, TaskExited, "The task called sys.exit('This task failed due to SystemExit')."),
+])
+def test_a_failing_task_records_its_error_and_traceback(task, exception, message):
+    result = task.enqueue()
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.is_finished
+    with pytest.raises(ValueError, match="Task failed"):
+        result.return_value  # noqa: B018
+    assert len(result.errors) == 1
+    assert result.errors[0].exception_class is exception
+    assert result.errors[0].traceback.endswith(f"{exception.__name__}: {message}\n"), result.errors[0].traceback
+    assert result.finished_at >= result.started_at
+
+
+def test_a_complex_exception_and_a_return_value_that_cannot_be_stored():
+    raised, returned = test_tasks.complex_exception.enqueue(), test_tasks.complex_return_value.enqueue()
+    drain()
+    raised, returned = (default_task_backend.get_result(r.id) for r in (raised, returned))
+    assert raised.status == TaskResultStatus.FAILED and raised.errors[0].exception_class is ValueError
+    assert "This task failed" in raised.errors[0].traceback
+    assert returned.status == TaskResultStatus.FAILED
+    assert "function" in returned.errors[0].traceback  # not JSON: refused, named
+
+
+@pytest.mark.parametrize("result_id", [str(uuid.uuid4()), "not-a-uuid", ""])
+def test_an_unknown_result_does_not_exist(result_id):
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(result_id)
+
+
+def test_a_workflow_run_is_not_a_task_result_and_a_task_checks_its_own():
+    run = durable.start("tests.echo", 1)
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(str(run.pk))
+    result = test_tasks.noop.enqueue()
+    with pytest.raises(TaskResultMismatch):
+        test_tasks.meaning_of_life.get_result(result.id)
+
+
+# -- context, retries, timeouts -------------------------------------------------------------------
+
+
+def test_a_task_that_takes_its_context_sees_its_id_and_attempt():
+    result = test_tasks.my_id.enqueue()
+    drain()
+    assert default_task_backend.get_result(result.id).return_value == {"id": result.id, "attempt": 1}
+
+
+def test_a_failed_attempt_is_retried_after_its_back_off_and_counted():
+    key = str(uuid.uuid4())
+    result = test_tasks.fails_once.enqueue(key)
+    drain(worker="w-1")
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # waiting for its back-off
+    assert (result.worker_ids, [e.exception_class for e in result.errors]) == (["w-1"], [ConnectionError])
+    _fire_due_timers()
+    drain(worker="w-2")
+    result.refresh()
+    assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, 2, 2)
+    assert result.worker_ids == ["w-1", "w-2"] and len(result.errors) == 1
+    assert ledger.count(key, "attempt") == 2
+
+
+def test_an_exception_the_policy_names_is_not_retried():
+    key = str(uuid.uuid4())
+    result = test_tasks.never_retried.enqueue(key)
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and ledger.count(key, "attempt") == 1
+
+
+def test_an_attempt_past_its_timeout_is_stopped_and_fails():
+    result = test_tasks.sleeps.enqueue(5)
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is durable.StepTimeout
+    assert (result.finished_at - result.started_at).total_seconds() < 3
+
+
+def _fire_due_timers():
+    import time
+
+    from django_durable import workpool
+
+    deadline = time.monotonic() + 10
+    while not workpool.fire_timers(db="default"):
+        assert time.monotonic() < deadline, "the back-off timer never came due"
+        time.sleep(0.01)
+
+
+# -- options: priority, queues, run_after, validation ---------------------------------------------
+
+
+def test_higher_priority_runs_first():
+    low = test_tasks.record.using(priority=-10).enqueue("low")
+    high = test_tasks.record.using(priority=50).enqueue("high")
+    drain(max_items=1)
+    assert default_task_backend.get_result(high.id).status == TaskResultStatus.SUCCESSFUL
+    assert default_task_backend.get_result(low.id).status == TaskResultStatus.READY
+
+
+def test_a_task_goes_to_its_queue_and_only_named_queues_are_accepted():
+    result = test_tasks.send_email.enqueue("a@example.com")
+    run = WorkflowRun.objects.get(pk=result.id)
+    assert (run.queue, run.priority) == ("emails", 5)
+    assert drain(queues=["default"]) == 0 and drain(queues=["emails"]) == 1
+    with pytest.raises(InvalidTask, match="Queue 'nowhere' is not valid for backend"):
+        test_tasks.noop.using(queue_name="nowhere")
+
+
+@override_settings(DURABLE_QUEUES={"reports": {"concurrency": 2}})
+def test_without_queues_in_tasks_the_queues_of_durable_queues_are_accepted():
+    with override_settings(TASKS={"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}):
+        backend = task_backends["default"]
+        assert backend.queues == {"default", "reports"}
+
+
+def test_run_after_holds_the_task_until_then():
+    later = test_tasks.record.using(run_after=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).enqueue("later")
+    assert drain() == 0
+    assert default_task_backend.get_result(later.id).status == TaskResultStatus.READY
+    with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
+        test_tasks.record.using(run_after=dt.datetime(2030, 1, 1))
+
+
+def test_bad_options_and_arguments_are_refused_before_anything_is_stored():
+    with pytest.raises(InvalidTask, match="priority must be a whole number between -100 and 100"):
+        test_tasks.noop.using(priority=101)
+    with pytest.raises(InvalidTask, match="retry must be a durable.RetryPolicy"):
+        test_tasks.noop.get_backend().task_class(func=test_tasks.noop.func, retry=0)
+    with pytest.raises(durable.InvalidArguments, match="cannot be enqueued with these arguments"):
+        test_tasks.meaning_of_life.enqueue(1)
+    with pytest.raises(durable.NotSerializable):
+        test_tasks.echo.enqueue(object())
+    assert not WorkflowRun.objects.exists()
+
+
+# -- transactions, signals, cancel ----------------------------------------------------------------
+
+
+def test_a_task_enqueued_in_a_transaction_commits_or_rolls_back_with_it():
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            test_tasks.noop.enqueue()
+            raise RuntimeError("roll back")
+    assert not WorkflowRun.objects.exists()
+    with transaction.atomic():
+        kept = test_tasks.noop.enqueue()
+    assert WorkflowRun.objects.filter(pk=kept.id).exists()
+
+
+def test_the_signals_are_sent_with_the_result():
+    seen = []
+
+    def receiver(signal_name):
+        return lambda sender, task_result, **kwargs: seen.append((signal_name, sender, task_result.status))
+
+    receivers = {name: receiver(name) for name in ("enqueued", "started", "finished")}
+    task_enqueued.connect(receivers["enqueued"])
+    task_started.connect(receivers["started"])
+    task_finished.connect(receivers["finished"])
+    try:
+        test_tasks.meaning_of_life.enqueue()
+        test_tasks.fails.enqueue()
+        drain()
+    finally:
+        task_enqueued.disconnect(receivers["enqueued"])
+        task_started.disconnect(receivers["started"])
+        task_finished.disconnect(receivers["finished"])
+    statuses = [(name, status) for name, _, status in seen]
+    assert statuses == [("enqueued", "READY"), ("enqueued", "READY"), ("started", "RUNNING"),
+                        ("finished", "SUCCESSFUL"), ("started", "RUNNING"), ("finished", "FAILED")]
+    assert {sender for _, sender, _ in seen} == {DurableBackend}
+
+
+def test_a_cancelled_task_ends_failed_and_never_runs():
+    key = str(uuid.uuid4())
+    result = test_tasks.record.enqueue(key)
+    durable.cancel(result.id)
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and ledger.count(key, "ran") == 0
+
+
+def test_a_task_is_a_run_the_admin_and_the_api_show(admin_client):
+    result = test_tasks.echo.enqueue("shown")
+    drain()
+    page = admin_client.get(f"/admin/django_durable/workflowrun/{result.id}/change/")
+    assert page.status_code == 200 and "tests.testapp.tasks.echo" in page.content.decode()
+    api = admin_client.get(f"/api/durable/workflows/{result.id}/").json()
+    assert (api["workflow"], api["kind"], api["status"], api["result"]) == (
+        "tests.testapp.tasks.echo", "task", "completed", {"args": ["shown"], "kwargs": {}})
+    workflow = durable.start("tests.echo", 1)
+    tasks_only = admin_client.get("/api/durable/workflows/?kind=task").json()["results"]
+    assert [run["id"] for run in tasks_only] == [result.id]
+    workflows_only = admin_client.get("/api/durable/workflows/?kind=workflow").json()["results"]
+    assert [run["id"] for run in workflows_only] == [str(workflow.pk)]
+    assert admin_client.get("/api/durable/workflows/?kind=job").status_code == 400
+    listed = admin_client.get("/admin/django_durable/workflowrun/?kind=task").content.decode()
+    assert str(result.id)[-8:] in listed and workflow.short_id not in listed
+
+
+# -- worker processes -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_tasks_run_in_worker_processes_that_import_them_by_themselves(start_worker):
+    keys = [str(uuid.uuid4()) for _ in range(20)]
+    results = [test_tasks.record.enqueue(key) for key in keys]
+    results.append(test_tasks.send_email.enqueue("b@example.com"))
+    failing = test_tasks.fails.enqueue()
+    workers = [start_worker() for _ in range(2)]
+    for worker in workers:
+        assert worker.wait(90) == 0, worker.log()
+    for result in results:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 1 and result.worker_ids[0]
+    assert all(ledger.count(key, "ran") == 1 for key in keys)
+    failing.refresh()
+    assert failing.status == TaskResultStatus.FAILED and failing.errors[0].exception_class is ValueError
+    assert_settled()

@@ -1,0 +1,89 @@
+"""django.tasks tasks of the test suite, run by django_durable.tasks.DurableBackend."""
+
+import time
+
+try:
+    from django.tasks import TaskContext, task
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import TaskContext, task
+
+import django_durable as durable
+from tests.testapp import ledger
+
+
+@task()
+def noop(*args, **kwargs):
+    return None
+
+
+@task()
+def meaning_of_life():
+    return 42
+
+
+@task()
+async def add_async(a, b):
+    return a + b
+
+
+@task()
+def echo(*args, **kwargs):
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task()
+def fails(message="This task failed due to ValueError"):
+    raise ValueError(message)
+
+
+@task()
+def exits():
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task()
+def complex_exception():
+    raise ValueError(ValueError("This task failed"))
+
+
+@task()
+def complex_return_value():
+    return lambda: True  # cannot be stored
+
+
+@task(takes_context=True)
+def my_id(context: TaskContext):
+    return {"id": context.task_result.id, "attempt": context.attempt}
+
+
+@task(retry=durable.RetryPolicy(max_attempts=3, initial_backoff=0.01, jitter=0), takes_context=True)
+def fails_once(context: TaskContext, key):
+    """Fails on its first attempt, succeeds on the next: the ledger counts the attempts."""
+    ledger.record(key, "attempt")
+    if context.attempt == 1:
+        raise ConnectionError("the first attempt fails")
+    return context.attempt
+
+
+@task(retry=durable.RetryPolicy(max_attempts=3, initial_backoff=0.01, non_retryable=(KeyError,)))
+def never_retried(key):
+    ledger.record(key, "attempt")
+    raise KeyError(key)
+
+
+@task(timeout=0.3)
+def sleeps(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@task(queue_name="emails", priority=5)
+def send_email(to):
+    ledger.record(to, "sent")
+    return to
+
+
+@task()
+def record(key, step="ran"):
+    ledger.record(key, step)
+    return key
