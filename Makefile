@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-latest bench chaos clean
+.PHONY: demo test test-latest bench bench-peers chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test-latest:
 
 bench: $(STAMP)
 	scripts/run-bench.sh
+
+# W5 (one-step jobs) against Procrastinate, django-tasks-db and DBOS, each in its own venv under
+# bench/.venvs/, interleaved rounds on one throwaway PostgreSQL (see bench/peers/rounds.py).
+bench-peers: $(STAMP)
+	scripts/bench-peers.sh $(BENCH_ARGS)
 
 # The chaos soak (about 10 minutes, PostgreSQL of its own): SIGKILLs, crash restarts, paused
 # workers and random database errors, then every promise checked. CHAOS_SECONDS=... to change.
