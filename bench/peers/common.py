@@ -33,6 +33,15 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
+def analyze(url: str) -> None:
+    """ANALYZE the database, as autovacuum does once a table has grown: every system's workers
+    start with statistics that know the enqueued jobs (fresh tables otherwise plan as empty)."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1), autocommit=True) as connection:
+        connection.execute("ANALYZE")
+
+
 def timed_enqueue(enqueue, count: int) -> float:
     """Enqueue `count` jobs one at a time (each its own commit); return how many per second."""
     started = time.perf_counter()

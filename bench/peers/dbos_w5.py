@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 
 from dbos import DBOS, DBOSClient  # noqa: E402
-from common import argument, report_w5, run_workers, timed_enqueue  # noqa: E402
+from common import analyze, argument, report_w5, run_workers, timed_enqueue  # noqa: E402
 
 URL = os.environ.get("DBOS_URL") or argument("url", "")
 
@@ -60,6 +60,7 @@ def main() -> None:
     options = {"queue_name": "bench", "workflow_name": "one_step"}
     enqueue_per_s = timed_enqueue(lambda n: client.enqueue(options, n), jobs)
     client.destroy()
+    analyze(URL)
     drained = run_workers([[sys.executable, __file__, "worker"]] * processes, env={"DBOS_URL": URL})
     import psycopg
 

@@ -16,7 +16,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
-from common import argument, busy_seconds, report, report_w5, run_workers, timed_enqueue  # noqa: E402
+from common import analyze, argument, busy_seconds, report, report_w5, run_workers, timed_enqueue  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
@@ -35,6 +35,7 @@ def main() -> None:
     harness.truncate()
     enqueue_per_s = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
     connections.close_all()
+    analyze(os.environ["DATABASE_URL"])
     drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
                           env=harness.worker_env())
     with connection.cursor() as cursor:

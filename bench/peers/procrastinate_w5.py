@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 import procrastinate  # noqa: E402
-from common import argument, report_w5, run_workers, timed_enqueue  # noqa: E402
+from common import analyze, argument, report_w5, run_workers, timed_enqueue  # noqa: E402
 
 URL = os.environ.get("PROCRASTINATE_URL") or argument("url", "")
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=URL))
@@ -32,6 +32,7 @@ def main() -> None:
     subprocess.run([*cli, "schema", "--apply"], env={**os.environ, **env}, check=True, capture_output=True)
     with app.open():
         enqueue_per_s = timed_enqueue(lambda n: one_step.defer(n=n), jobs)
+        analyze(URL)
         drained = run_workers([[*cli, "worker", "--concurrency", "1", "--one-shot"]] * processes, env=env)
     import psycopg
 

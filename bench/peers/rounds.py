@@ -2,10 +2,10 @@
 
     DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--jobs 5000] [--processes 2]
 
-Each round runs, one after the other on the same server: the raw SKIP LOCKED ceiling, then
-django-durable, then each peer whose virtual environment exists under bench/.venvs/ (made by
-scripts/bench-peers.sh): Procrastinate, django-tasks-db, DBOS. Every system gets a fresh database
-of its own. The workload is W5: N one-step jobs enqueued one at a time (each its own commit: the
+Each round runs, one after the other on the same server: the raw SKIP LOCKED ceiling,
+django-durable, and each peer whose virtual environment exists under bench/.venvs/ (made by
+scripts/bench-peers.sh): Procrastinate, django-tasks-db, DBOS; each round starts with the next
+system in that list. Every system gets a fresh database of its own, after a CHECKPOINT. The workload is W5: N one-step jobs enqueued one at a time (each its own commit: the
 enqueue rate), then drained by P worker processes (jobs per second from the first job's start to
 the last one's end, by the database's clock), with the machine's busy CPU over the drain divided
 by N (workers and PostgreSQL together) and the largest worker's peak RSS. Ratios to the ceiling
@@ -44,6 +44,9 @@ def fresh_database(base: str, name: str) -> str:
     with psycopg.connect(admin, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{name}"')
+        # Every system starts just after a checkpoint, so none pays for the one the system before
+        # it made due (the first change of each page after a checkpoint writes the whole page).
+        connection.execute("CHECKPOINT")
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
@@ -77,7 +80,9 @@ def main() -> None:
     rounds = []
     for number in range(1, args.rounds + 1):
         figures = {}
-        for name, python, driver, extra, scheme in systems:
+        # Each round starts with another system, so that none always runs right after the same one.
+        shift = (number - 1) % len(systems)
+        for name, python, driver, extra, scheme in systems[shift:] + systems[:shift]:
             figures[name] = run_one(name, python, driver, extra, scheme, base, args.jobs, args.processes)
             shown = ", ".join(f"{k} {v:.1f}" for k, v in figures[name].items() if isinstance(v, float))
             print(f"round {number}: {name}: {shown}", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import argument, report_w5, run_workers, timed_enqueue  # noqa: E402
+from common import analyze, argument, report_w5, run_workers, timed_enqueue  # noqa: E402
 
 URL = os.environ.get("TASKSDB_URL") or argument("url", "")
 
@@ -49,6 +49,7 @@ def main() -> None:
     enqueue_per_s = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
     connection.close()
     env = {"TASKSDB_URL": URL, "PYTHONPATH": os.path.dirname(__file__)}
+    analyze(URL)
     drained = run_workers([[sys.executable, __file__, "worker"]] * processes, env=env)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FILTER (WHERE status = 'SUCCESSFUL'), "
