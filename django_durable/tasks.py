@@ -192,9 +192,10 @@ class DurableBackend(BaseTaskBackend):
     def result_of(self, run: WorkflowRun, task) -> TaskResult:
         """The TaskResult a task's run stands for."""
         arguments = serialization.decode(run.input)
-        earlier = _attempts(run.pk, run.attempt)
+        earlier = _attempts(run.pk, None)
         workers = [attempt["worker"] for attempt in earlier]
-        if run.last_worker and run.status != Status.WAITING:  # a waiting run's last try is in `earlier`
+        # The current attempt's worker, once it has claimed the run since the last attempt ended.
+        if run.last_worker and (not earlier or (run.last_claimed_at or earlier[-1]["at"]) > earlier[-1]["at"]):
             workers.append(run.last_worker)
         errors = [error for attempt in earlier if (error := _task_error(attempt["error"]))]
         if run.status not in STATUSES and (error := _task_error(run.get_error())):
@@ -210,13 +211,15 @@ class DurableBackend(BaseTaskBackend):
         return result
 
 
-def _attempts(run_id, attempt: int) -> list[dict]:
-    """The attempts before the current one, oldest first: their worker and error (the audit trail)."""
-    if attempt <= 1:
+def _attempts(run_id, attempt: int | None) -> list[dict]:
+    """The attempts before the current one, oldest first: their worker, error and end (the audit
+    trail). A worker starting attempt 1 skips the read (None: read anyway; an operator's retry
+    starts the count again at 1)."""
+    if attempt is not None and attempt <= 1:
         return []
     ended = WorkflowEvent.objects.using(conf.get("DATABASE")).filter(run_id=run_id, type=WorkflowEvent.Type.ATTEMPT_ENDED)
-    return [{"worker": data.get("worker") or "", "error": data.get("error")}
-            for data in ended.order_by("at", "id").values_list("data", flat=True)]
+    return [{"worker": data.get("worker") or "", "error": data.get("error"), "at": at}
+            for at, data in ended.order_by("at", "id").values_list("at", "data")]
 
 
 def _task_error(error) -> TaskError | None:

@@ -318,3 +318,18 @@ def test_tasks_run_in_worker_processes_that_import_them_by_themselves(start_work
     failing.refresh()
     assert failing.status == TaskResultStatus.FAILED and failing.errors[0].exception_class is ValueError
     assert_settled()
+
+
+def test_an_operator_retries_a_failed_task_over_http_and_it_runs_again(admin_client):
+    key = str(uuid.uuid4())
+    result = test_tasks.flaky_once.enqueue(key)
+    drain(worker="w-1")
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    response = admin_client.post(f"/api/durable/workflows/{result.id}/retry/")
+    assert response.status_code == 202, response.content
+    drain(worker="w-2")
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, key)
+    assert result.worker_ids == ["w-1", "w-2"] and [e.exception_class for e in result.errors] == [ConnectionError]
+    assert ledger.count(key, "attempt") == 2

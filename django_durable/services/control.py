@@ -132,7 +132,8 @@ def restart(run: WorkflowRun, db: str) -> None:
 
     What it erases (its error, its failed steps) is first kept in an "attempt ended" audit entry.
     """
-    evidence.keep(run.pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at, db=db)
+    evidence.keep(run.pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at,
+                  worker=run.last_worker, db=db)
     now = clock.db_now()
     unfinished_children = [
         uuid.uuid5(run.pk, key)

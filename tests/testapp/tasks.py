@@ -87,3 +87,12 @@ def send_email(to):
 def record(key, step="ran"):
     ledger.record(key, step)
     return key
+
+
+@task()
+def flaky_once(key):
+    """Fails the first time it runs for `key` (no retry policy: an operator retries it)."""
+    ledger.record(key, "attempt")
+    if ledger.count(key, "attempt") == 1:
+        raise ConnectionError("the first run fails")
+    return key
