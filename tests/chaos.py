@@ -150,6 +150,17 @@ class Soak:
             ))
             log.close()
 
+    def logged_exit(self, pid: int, timeout: float = 30.0) -> bool:
+        """Wait (bounded) until a supervisor has logged the exit of worker `pid`, so that the check
+        at the end reads it even on a machine so busy that the supervisor is slow to notice."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for log in self.workdir.glob("supervisor-*.log"):
+                if f"Worker process {pid} " in log.read_text(errors="replace"):
+                    return True
+            time.sleep(0.1)
+        return False
+
     def workers(self) -> list[int]:
         pids = []
         for supervisor in self.supervisors:
@@ -311,7 +322,7 @@ class Soak:
                     workers = self.workers()
                     if workers:
                         _kill(workers[0], signal.SIGKILL)
-                        done = True
+                        done = self.logged_exit(workers[0])
                 if done:
                     self.broken.append(mode)
                     pending.remove(mode)
