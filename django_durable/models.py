@@ -34,6 +34,16 @@ class WorkflowRunQuerySet(models.QuerySet):
     def finished(self):
         return self.filter(status__in=WorkflowRun.TERMINAL)
 
+    def of_kind(self, kind: str):
+        """Runs of workflows ("workflow") or of django.tasks tasks ("task"), as the registry of
+        this process knows them; ValueError for another kind."""
+        from . import registry
+
+        if kind not in ("workflow", "task"):
+            raise ValueError(f"Not a kind: {kind[:50]!r}; use workflow or task.")
+        tasks = [d.name for d in registry.definitions() if d.kind == "task"]
+        return self.filter(workflow__in=tasks) if kind == "task" else self.exclude(workflow__in=tasks)
+
     def back_to_pending(self) -> int:
         """The runs of these that a worker was advancing wait for the next one (their item was freed)."""
         return self.filter(status=WorkflowRun.Status.RUNNING).update(

@@ -246,8 +246,14 @@ def _register(task) -> None:
         return
     _tasks[name] = task
     policy = task.policy if isinstance(task, DurableTask) else RetryPolicy(max_attempts=1)
-    registry.register(TaskDefinition(name=name, fn=_Call(task), queue=task.queue_name, priority=task.priority,
+    call = _Call(task)
+    registry.register(TaskDefinition(name=name, fn=call, queue=task.queue_name, priority=task.priority,
                                      max_attempts=policy.max_attempts, retry=policy))
+    # A run's end becomes task_finished for this task's runs only (the signals' sender is the
+    # run's workflow function): the end of a workflow's run costs nothing more.
+    signals.run_completed.connect(_completed, sender=call, weak=False)
+    signals.run_failed.connect(_failed, sender=call, weak=False)
+    signals.run_cancelled.connect(_failed, sender=call, weak=False)
 
 
 def _task_of(name: str):
@@ -280,12 +286,9 @@ def load(name: str) -> registry.WorkflowDefinition | None:
 _running: dict[str, TaskResult] = {}  # by run id: the attempt this worker process runs now
 
 
-def _finished(workflow, run_id, *, succeeded: bool, result=None, error=None) -> None:
+def _finished(call: _Call, run_id, *, succeeded: bool, result=None, error=None) -> None:
     """task_finished, once a task's run has ended (after its end was committed)."""
-    definition = registry.find(workflow)
-    if not isinstance(definition, TaskDefinition):
-        return
-    task = definition.fn.task
+    task = call.task
     backend = task.get_backend()
     running = _running.pop(str(run_id), None)
     if running is None:  # ended outside an attempt of this process (cancelled before it ran): read it
@@ -308,14 +311,9 @@ def _finished(workflow, run_id, *, succeeded: bool, result=None, error=None) -> 
     task_finished.send(type(backend), task_result=ended)
 
 
-def _completed(sender, workflow, run_id, result=None, **kwargs):
-    _finished(workflow, run_id, succeeded=True, result=result)
+def _completed(sender, run_id, result=None, **kwargs):
+    _finished(sender, run_id, succeeded=True, result=result)
 
 
-def _failed(sender, workflow, run_id, error=None, **kwargs):
-    _finished(workflow, run_id, succeeded=False, error=error)
-
-
-signals.run_completed.connect(_completed, dispatch_uid="django_durable.tasks.completed")
-signals.run_failed.connect(_failed, dispatch_uid="django_durable.tasks.failed")
-signals.run_cancelled.connect(_failed, dispatch_uid="django_durable.tasks.cancelled")
+def _failed(sender, run_id, error=None, **kwargs):
+    _finished(sender, run_id, succeeded=False, error=error)

@@ -77,6 +77,19 @@ def test_a_full_queue_is_skipped_and_other_queues_go_on():
     assert not workpool.held_back(queues=None, db="default")
 
 
+@override_settings(DURABLE_QUEUES={"emails": {"concurrency": 1}}, DURABLE_POLL_INTERVAL=5.0)
+def test_a_worker_looks_again_soon_while_a_limit_holds_ready_work_back():
+    from django_durable.worker import LIMITED_POLL, Worker
+
+    worker = Worker(name="w")
+    assert worker._idle_seconds() == 5.0  # nothing held back: the poll interval
+    durable.start("tests.echo", 1, queue="emails")
+    durable.start("tests.echo", 2, queue="emails")
+    assert _claim() is not None
+    assert worker._idle_seconds() == LIMITED_POLL  # the second waits for the slot, not for 5 s
+    assert Worker(name="x", queues=["default"])._idle_seconds() == 5.0  # not its queue
+
+
 @pytest.mark.postgres  # on SQLite the worker claims next with a statement of its own
 @override_settings(DURABLE_QUEUES={"emails": {"concurrency": 2}})
 def test_a_finished_item_frees_its_slot_for_the_claim_in_the_same_statement():

@@ -33,15 +33,7 @@ class KindFilter(admin.SimpleListFilter):
         return [("workflow", "Workflows"), ("task", "Tasks")]
 
     def queryset(self, request, queryset):
-        if self.value() == "task":
-            return queryset.filter(workflow__in=task_names())
-        if self.value() == "workflow":
-            return queryset.exclude(workflow__in=task_names())
-        return queryset
-
-
-def task_names() -> list[str]:
-    return [d.name for d in registry.definitions() if d.kind == "task"]
+        return queryset.of_kind(self.value()) if self.value() in ("workflow", "task") else queryset
 
 
 class QueueFilter(admin.SimpleListFilter):

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from .. import conf, registry, schedules, services
+from .. import conf, schedules, services
 from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
@@ -195,10 +195,10 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
             if params.get(field):
                 runs = runs.filter(**{field: params[field]})
         if params.get("kind"):
-            if params["kind"] not in ("workflow", "task"):
-                raise exceptions.ValidationError({"kind": ["Use workflow or task."]})
-            tasks = [d.name for d in registry.definitions() if d.kind == "task"]
-            runs = runs.filter(workflow__in=tasks) if params["kind"] == "task" else runs.exclude(workflow__in=tasks)
+            try:
+                runs = runs.of_kind(params["kind"])
+            except ValueError as exc:
+                raise exceptions.ValidationError({"kind": [str(exc)]}) from None
         for name, lookup in (("created_after", "created_at__gte"), ("created_before", "created_at__lt")):
             if params.get(name):
                 when = _datetime(params[name], name)

@@ -145,10 +145,11 @@ def _pick(queues, db, avoid=(), limits=(), ending=0) -> tuple[str, list]:
     return sql, [ending if param is _ENDING else param for param in params] if limits else params
 
 
-def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), ending=0) -> tuple[str, str, list]:
-    """queries.CLAIM_CTES and CLAIM_SELECT filled in, and their parameters; `exclude` are the
-    conditions on the claimed item `w` of the items changed by the CTEs this claim follows, and
-    `ending` the item they end (which no longer counts against its queue's limits)."""
+def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), ending=0) -> tuple[str, str, list, list]:
+    """queries.CLAIM_CTES and CLAIM_SELECT filled in, their parameters, and the limited queues
+    whose turns the claim takes (_execute_claim); `exclude` are the conditions on the claimed item
+    `w` of the items changed by the CTEs this claim follows, and `ending` the item they end (which
+    no longer counts against its queue's limits)."""
     limits = tuple(durable_queues.served(queues))
     pick_sql, pick_params = _pick(queues, db, avoid, limits, ending)
     chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
@@ -159,24 +160,22 @@ def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), endi
     params = [*pick_params, token, worker, lease]
     if rates:
         params += [[limit.name for limit in rates], [limit.interval for limit in rates]]
-    return ctes, select, params
+    return ctes, select, params, [limit.name for limit in limits]
 
 
-def _execute_claim(db: str, sql: str, params, queues):
-    """execute() a statement that claims from `queues`: after taking the turns of their limited
-    ones (queries.QUEUE_TURN), in the same transaction, when they have any.
+def _execute_claim(db: str, sql: str, params, turns: list[str]):
+    """execute() a statement that claims, after taking the `turns` of the limited queues it claims
+    from (queries.QUEUE_TURN) in the same transaction, when there are any.
 
     In autocommit (a worker), BEGIN, the turns, the statement and COMMIT go in one pipeline: one
     round trip, as without limits; inside a caller's transaction, they join it.
     """
-    limits = durable_queues.served(queues)
-    if not limits:
+    if not turns:
         return execute(db, sql, params)
-    names = [limit.name for limit in limits]
     connection = connections[db]
     if connection.in_atomic_block or not (_prepare and conf.get("PREPARED_STATEMENTS")) or connection.queries_logged:
         with transaction.atomic(using=db):
-            execute(db, queries.QUEUE_TURN, [names])
+            execute(db, queries.QUEUE_TURN, [turns])
             return execute(db, sql, params)
     cursor, text = _cursor(db, sql)
     raw = connection.connection
@@ -184,7 +183,7 @@ def _execute_claim(db: str, sql: str, params, queues):
         with connection.wrap_database_errors, cursor:
             with raw.pipeline():
                 raw.execute("BEGIN")
-                raw.execute(queries.QUEUE_TURN, [names])
+                raw.execute(queries.QUEUE_TURN, [turns])
                 cursor.execute(text, params)
                 raw.execute("COMMIT")
             return cursor.fetchone(), cursor.rowcount
@@ -221,8 +220,9 @@ def _claimed(row) -> Claimed | None:
 
 
 def claim(*, worker, queues, db, token, lease, avoid=()) -> Claimed | None:
-    ctes, select, params = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease, avoid=avoid)
-    return _claimed(_execute_claim(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params, queues)[0])
+    ctes, select, params, turns = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease,
+                                               avoid=avoid)
+    return _claimed(_execute_claim(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params, turns)[0])
 
 
 def _values(claim, records) -> tuple[str, list]:
@@ -308,10 +308,10 @@ def _with_claim(claim, sql, params, outcomes, then, exclude=()) -> tuple[int, ob
     if then is None:
         row = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
         return row[0], row[1], None
-    ctes, select, claim_params = _claim_parts(**then, exclude=exclude, ending=claim.item_id)
+    ctes, select, claim_params, turns = _claim_parts(**then, exclude=exclude, ending=claim.item_id)
     statement = queries.ENDED_AND_CLAIMED.format(ctes=sql, outcomes=", ".join(outcomes),
                                                  claim_ctes=ctes, claim_select=select)
-    row = _execute_claim(db, statement, [*params, *claim_params], then["queues"])[0]
+    row = _execute_claim(db, statement, [*params, *claim_params], turns)[0]
     return row[0], row[1], _claimed(row[1 + len(outcomes):])
 
 
