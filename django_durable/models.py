@@ -256,6 +256,10 @@ _RUNNING = ('(SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "runni
 _SAME_KEY = ' AND "running"."concurrency_key" = "durable_work_item"."concurrency_key"'
 
 
+# The status of ready items, as a constant in the SQL (WorkItemQuerySet.ready).
+_PENDING = RawSQL("'pending'", [])
+
+
 def _within(limit, ending, now: str) -> RawSQL:
     """The condition an item of `limit.name` meets when its queue's limits let it be claimed now.
 
@@ -285,7 +289,10 @@ class WorkItemQuerySet(models.QuerySet):
         a full queue, a full concurrency key, a rate not due yet. `ending` is the item whose end
         the claim is part of: it no longer counts as running.
         """
-        qs = self.filter(status=WorkItem.Status.PENDING, available_at__lte=clock.db_now())
+        # 'pending' is written into the statement, not passed as a parameter: PostgreSQL plans a
+        # prepared claim once (a generic plan) only if that plan can use the partial index of
+        # pending items; with `status = $1` it plans the statement again at every execution.
+        qs = self.filter(status=_PENDING, available_at__lte=clock.db_now())
         if queues:
             qs = qs.filter(queue__in=queues)
         if avoid:

@@ -121,3 +121,29 @@ def test_the_statements_are_the_reviewed_ones():
 def test_every_parameter_has_a_placeholder():
     for name, sql, count in _statements():
         assert sql.count("%s") == count, name
+
+
+@pytest.mark.parametrize("queues", [None, ["emails", "default"]])
+def test_a_prepared_claim_finds_the_next_item_by_its_index(queues):
+    """A worker's claim is a prepared statement, which PostgreSQL soon runs with a generic plan:
+    one made once, without the parameters' values. That plan must still take the next item from
+    the partial index of pending items; were the status a parameter, it would read and sort every
+    work item ever written at each claim."""
+    from django.db import connection
+
+    ids = durable.start_many("tests.echo", [[n] for n in range(3000)], queue="emails")
+    from django_durable.models import WorkItem
+
+    WorkItem.objects.exclude(run_id__in=ids[:5]).update(status="completed")
+    sql, params = postgres._pick(queues, "default")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_work_item")
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE durable_pick_probe AS {postgres._numbered(sql)}")
+        arguments = f"({', '.join(['%s'] * len(params))})" if params else ""
+        cursor.execute(f"EXPLAIN EXECUTE durable_pick_probe{arguments}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE durable_pick_probe")
+    # durable_work_item_ready or, for some queues, durable_work_item_ready_q: pending items only.
+    assert "Index Scan using durable_work_item_ready" in plan, plan
+    assert "Seq Scan" not in plan and "Sort" not in plan, plan

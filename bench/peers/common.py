@@ -1,13 +1,17 @@
 """What every peer's driver shares (standard library only: each runs in its peer's own venv).
 
-A driver does one workload of one system and prints one JSON object on its last line.
+A driver does one workload of one system (`--workload w5`, the default, `w2`, or for the systems
+that have workflows `w1` and `w3`) and prints one JSON object on its last line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
+import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +35,58 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
             raise SystemExit(f"a worker exited with {process.returncode}: {process.args}")
     return {"busy_cpu_s": busy_seconds() - before_cpu, "wall_s": time.perf_counter() - before,
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+@contextlib.contextmanager
+def serving(commands: list[list[str]], env: dict | None = None):
+    """Long-running worker processes (W2, W3), stopped with SIGTERM (killed after 30 s) at the end."""
+    processes = [subprocess.Popen(command, env={**os.environ, **(env or {})}) for command in commands]
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(30)
+
+
+def wait_until(check, timeout: float, every: float = 0.001) -> None:
+    """Poll `check()` every `every` seconds until it is true; fail the driver after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not done within {timeout} s")
+        time.sleep(every)
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def latency_w2(system: str, version: str, count: int, enqueue, finished, server_seconds) -> None:
+    """W2: one job at a time on an idle worker. `enqueue(n)` returns a handle, `finished(handle)`
+    says whether it has ended (polled every millisecond), `server_seconds()` lists, oldest first,
+    each job's time from enqueued to finished by the database's clock. The first job only warms
+    up (the worker is started and listening once it is done) and is left out of the figures."""
+    first = enqueue(-1)
+    wait_until(lambda: finished(first), timeout=120, every=0.01)
+    client = []
+    for n in range(count):
+        started = time.perf_counter()
+        handle = enqueue(n)
+        wait_until(lambda: finished(handle), timeout=60)
+        client.append(time.perf_counter() - started)
+    server = [float(s) for s in server_seconds()][1:]
+    if len(server) != count:
+        raise SystemExit(f"{system}: {len(server)} of {count} jobs have finishing times")
+    report({"system": system, "version": version, "jobs": count,
+            "p50_ms": 1000 * statistics.median(server), "p95_ms": 1000 * percentile(server, 0.95),
+            "client_p50_ms": 1000 * statistics.median(client), "client_p95_ms": 1000 * percentile(client, 0.95)})
 
 
 def analyze(url: str) -> None:

@@ -1,16 +1,25 @@
 """Interleaved rounds against the peers, on one PostgreSQL server (`make bench-peers`).
 
-    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--jobs 5000] [--processes 2]
+    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--workloads w5,w2,w1,w3]
+        [--jobs 5000] [--latency-jobs 200] [--workflows 2000] [--fanout 500] [--processes 2] [--json FILE]
 
-Each round runs, one after the other on the same server: the raw SKIP LOCKED ceiling,
-django-durable, and each peer whose virtual environment exists under bench/.venvs/ (made by
-scripts/bench-peers.sh): Procrastinate, django-tasks-db, DBOS; each round starts with the next
-system in that list. Every system gets a fresh database of its own, after a CHECKPOINT. The workload is W5: N one-step jobs enqueued one at a time (each its own commit: the
-enqueue rate), then drained by P worker processes (jobs per second from the first job's start to
-the last one's end, by the database's clock), with the machine's busy CPU over the drain divided
-by N (workers and PostgreSQL together) and the largest worker's peak RSS. Ratios to the ceiling
-and to Procrastinate are taken within each round, so a noisy machine moves both sides together;
-the medians of the rounds are printed, and with --json written out.
+Each round runs every workload on every system that has it, one after the other on the same
+server: the raw SKIP LOCKED ceiling, django-durable, and each peer whose virtual environment
+exists under bench/.venvs/ (made by scripts/bench-peers.sh): Procrastinate, django-tasks-db,
+DBOS; each round starts with the next system in that list. Every run gets a fresh database of
+its own, after a CHECKPOINT. The workloads:
+
+- W5: N one-step jobs enqueued one at a time (each its own commit: the enqueue rate), then
+  drained by P worker processes (jobs per second from the first job's start to the last one's
+  end, by the database's clock), with the machine's busy CPU over the drain divided by N
+  (workers and PostgreSQL together) and the largest worker's peak RSS;
+- W2: one one-step job at a time on an idle worker: enqueued to finished by the database's
+  clock, and enqueue to seen finished by a client polling every millisecond;
+- W1: ten-step workflows drained by P processes, steps per second (systems with workflows);
+- W3: one workflow fanning out to N one-step items and waiting for them all, P processes.
+
+Ratios to the ceiling and between systems are taken within each round, so a noisy machine moves
+both sides together; the medians of the rounds are printed, and with --json written out.
 """
 
 from __future__ import annotations
@@ -27,12 +36,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 VENVS = HERE.parent / ".venvs"
 
-SYSTEMS = [  # (name, python, driver, extra arguments, URL style)
-    ("ceiling", ROOT / ".venv/bin/python", "durable_w5.py", ["--ceiling"], "postgres"),
-    ("django-durable", ROOT / ".venv/bin/python", "durable_w5.py", [], "postgres"),
-    ("procrastinate", VENVS / "procrastinate/bin/python", "procrastinate_w5.py", [], "postgresql"),
-    ("django-tasks-db", VENVS / "tasks-db/bin/python", "tasksdb_w5.py", [], "postgresql"),
-    ("dbos", VENVS / "dbos/bin/python", "dbos_w5.py", [], "postgresql"),
+SYSTEMS = [  # (name, python, driver, extra arguments, URL style, workloads)
+    ("ceiling", ROOT / ".venv/bin/python", "durable_driver.py", ["--ceiling"], "postgres", {"w5"}),
+    ("django-durable", ROOT / ".venv/bin/python", "durable_driver.py", [], "postgres", {"w5", "w2", "w1", "w3"}),
+    ("procrastinate", VENVS / "procrastinate/bin/python", "procrastinate_driver.py", [], "postgresql", {"w5", "w2"}),
+    ("django-tasks-db", VENVS / "tasks-db/bin/python", "tasksdb_driver.py", [], "postgresql", {"w5", "w2"}),
+    ("dbos", VENVS / "dbos/bin/python", "dbos_driver.py", [], "postgresql", {"w5", "w2", "w1", "w3"}),
 ]
 
 
@@ -50,16 +59,17 @@ def fresh_database(base: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def run_one(name, python, driver, extra, scheme, base, jobs, processes) -> dict:
+def run_one(system, workload: str, base: str, size: int, processes: int) -> dict:
+    name, python, driver, extra, scheme, _ = system
     url = fresh_database(base, f"peers_{name.replace('-', '_')}")
     if scheme == "postgresql":
         url = url.replace("postgres://", "postgresql://", 1)
     env = {"DATABASE_URL": url, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
-    command = [str(python), str(HERE / driver), "--url", url, "--jobs", str(jobs), "--processes", str(processes),
-               *extra]
+    command = [str(python), str(HERE / driver), "--url", url, "--workload", workload, "--jobs", str(size),
+               "--processes", str(processes), *extra]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        raise SystemExit(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        raise SystemExit(f"{name} {workload} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -68,10 +78,18 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--workloads", default="w5,w2,w1,w3")
+    parser.add_argument("--jobs", type=int, default=5000, help="W5's jobs")
+    parser.add_argument("--latency-jobs", type=int, default=200, help="W2's jobs")
+    parser.add_argument("--workflows", type=int, default=2000, help="W1's ten-step workflows")
+    parser.add_argument("--fanout", type=int, default=500, help="W3's items")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    sizes = {"w5": args.jobs, "w2": args.latency_jobs, "w1": args.workflows, "w3": args.fanout}
+    workloads = args.workloads.split(",")
+    if unknown := set(workloads) - set(sizes):
+        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
     base = os.environ["DATABASE_URL"]
     systems = [s for s in SYSTEMS if Path(s[1]).exists()]
     missing = [s[0] for s in SYSTEMS if not Path(s[1]).exists()]
@@ -79,40 +97,94 @@ def main() -> None:
         print(f"left out (no virtual environment; run scripts/bench-peers.sh): {', '.join(missing)}", file=sys.stderr)
     rounds = []
     for number in range(1, args.rounds + 1):
-        figures = {}
+        figures = {workload: {} for workload in workloads}
         # Each round starts with another system, so that none always runs right after the same one.
         shift = (number - 1) % len(systems)
-        for name, python, driver, extra, scheme in systems[shift:] + systems[:shift]:
-            figures[name] = run_one(name, python, driver, extra, scheme, base, args.jobs, args.processes)
-            shown = ", ".join(f"{k} {v:.1f}" for k, v in figures[name].items() if isinstance(v, float))
-            print(f"round {number}: {name}: {shown}", file=sys.stderr, flush=True)
+        for workload in workloads:
+            for system in systems[shift:] + systems[:shift]:
+                if workload in system[5]:
+                    result = run_one(system, workload, base, sizes[workload], args.processes)
+                    figures[workload][system[0]] = result
+                    shown = ", ".join(f"{k} {v:.1f}" for k, v in result.items() if isinstance(v, float))
+                    print(f"round {number}: {workload}: {system[0]}: {shown}", file=sys.stderr, flush=True)
+        if "w1" in figures and systems[0][0] == "ceiling":  # W1 is compared with W5's ceiling
+            figures["w1"]["ceiling"] = figures.get("w5", {}).get("ceiling") \
+                or run_one(systems[0], "w5", base, sizes["w5"], args.processes)
         rounds.append(figures)
-    print(table(rounds, [s[0] for s in systems], args))
+    names = [s[0] for s in systems]
+    print("\n\n".join(TABLES[w](rounds, names, args) for w in workloads))
     if args.json:
-        args.json.write_text(json.dumps({"rounds": rounds, "jobs": args.jobs, "processes": args.processes}, indent=1))
+        args.json.write_text(json.dumps({"rounds": rounds, "sizes": sizes, "processes": args.processes}, indent=1))
 
 
-def table(rounds, names, args) -> str:
-    def median(name, key):
-        values = [r[name][key] for r in rounds if key in r.get(name, {})]
-        return statistics.median(values) if values else None
+def _median(rounds, workload, name, key):
+    values = [r[workload][name][key] for r in rounds if key in r[workload].get(name, {})]
+    return statistics.median(values) if values else None
 
-    def ratios(name, key, other):
-        return [r[name][key] / r[other][key] for r in rounds if key in r.get(name, {}) and key in r.get(other, {})]
 
+def _ratios(rounds, workload, name, key, other, other_key=None):
+    return [r[workload][name][key] / r[workload][other][other_key or key] for r in rounds
+            if key in r[workload].get(name, {}) and (other_key or key) in r[workload].get(other, {})]
+
+
+def _version(rounds, workload, name):
+    return rounds[0][workload].get(name, {}).get("version", "")
+
+
+def w5_table(rounds, names, args) -> str:
     lines = [f"W5: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", "| system | version | jobs drained/s | share of the ceiling (per round) | vs Procrastinate (per round) "
              "| machine CPU per job | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
-        drained = median(name, "drain_per_s")
-        share = ", ".join(f"{x:.0%}" for x in ratios(name, "drain_per_s", "ceiling")) if name != "ceiling" else "—"
-        versus = ", ".join(f"{x:.2f}x" for x in ratios(name, "drain_per_s", "procrastinate")) \
+        drained = _median(rounds, "w5", name, "drain_per_s")
+        share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, "w5", name, "drain_per_s", "ceiling")) \
+            if name != "ceiling" else "—"
+        versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, "w5", name, "drain_per_s", "procrastinate")) \
             if "procrastinate" in names and name not in ("ceiling", "procrastinate") else "—"
-        enqueue, rss = median(name, "enqueue_per_s"), median(name, "worker_peak_rss_mb")
-        version = rounds[0][name].get("version", "")
-        lines.append(f"| {name} | {version} | {drained:.0f} | {share} | {versus} | {median(name, 'cpu_ms_per_job'):.2f} ms "
+        enqueue, rss = _median(rounds, "w5", name, "enqueue_per_s"), _median(rounds, "w5", name, "worker_peak_rss_mb")
+        lines.append(f"| {name} | {_version(rounds, 'w5', name)} | {drained:.0f} | {share} | {versus} "
+                     f"| {_median(rounds, 'w5', name, 'cpu_ms_per_job'):.2f} ms "
                      f"| {f'{enqueue:.0f}' if enqueue else '—'} | {f'{rss:.0f} MB' if rss else '—'} |")
     return "\n".join(lines)
+
+
+def w2_table(rounds, names, args) -> str:
+    lines = [f"W2: {args.latency_jobs} one-step jobs one at a time on an idle worker, median of {len(rounds)} rounds",
+             "", "| system | version | enqueued → finished in the database, p50 / p95 "
+             "| enqueue → seen finished (1 ms polling), p50 / p95 |", "| --- | --- | --- | --- |"]
+    for name in names:
+        if _median(rounds, "w2", name, "p50_ms") is None:
+            continue
+        m = {key: _median(rounds, "w2", name, key) for key in ("p50_ms", "p95_ms", "client_p50_ms", "client_p95_ms")}
+        lines.append(f"| {name} | {_version(rounds, 'w2', name)} | {m['p50_ms']:.1f} / {m['p95_ms']:.1f} ms "
+                     f"| {m['client_p50_ms']:.1f} / {m['client_p95_ms']:.1f} ms |")
+    return "\n".join(lines)
+
+
+def w1_table(rounds, names, args) -> str:
+    lines = [f"W1: {args.workflows} ten-step workflows, {args.processes} worker processes, median of {len(rounds)} "
+             "rounds", "", "| system | version | steps/s | share of the ceiling (per round) |", "| --- | --- | --- | --- |"]
+    for name in names:
+        steps = _median(rounds, "w1", name, "steps_per_s")
+        if steps is None or name == "ceiling":
+            continue
+        share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, "w1", name, "steps_per_s", "ceiling", "drain_per_s"))
+        lines.append(f"| {name} | {_version(rounds, 'w1', name)} | {steps:.0f} | {share or '—'} |")
+    return "\n".join(lines)
+
+
+def w3_table(rounds, names, args) -> str:
+    lines = [f"W3: one workflow fanning out to {args.fanout} one-step items, {args.processes} worker processes, "
+             f"median of {len(rounds)} rounds", "", "| system | version | start → result (database clock) | per item |",
+             "| --- | --- | --- | --- |"]
+    for name in names:
+        seconds = _median(rounds, "w3", name, "seconds")
+        if seconds is not None:
+            lines.append(f"| {name} | {_version(rounds, 'w3', name)} | {seconds:.2f} s | {1000 * seconds / args.fanout:.2f} ms |")
+    return "\n".join(lines)
+
+
+TABLES = {"w5": w5_table, "w2": w2_table, "w1": w1_table, "w3": w3_table}
 
 
 if __name__ == "__main__":

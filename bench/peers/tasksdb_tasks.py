@@ -1,4 +1,4 @@
-"""The task of tasksdb_w5.py, in a module of its own so that db_worker can import it by path."""
+"""The task of tasksdb_driver.py, in a module of its own so that db_worker can import it by path."""
 
 from django.tasks import task
 

@@ -1,9 +1,9 @@
 -- The workpool's PostgreSQL statements, assembled from workpool/queries.py.
 -- Written by tests/test_statements.py; review a diff here like code.
 
--- name: claim (4 parameters)
+-- name: claim (3 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -38,9 +38,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
--- name: claim from some queues, not the items just declined (8 parameters)
+-- name: claim from some queues, not the items just declined (7 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s AND "durable_work_item"."queue" IN (%s, %s) AND NOT ("durable_work_item"."id" IN (%s, %s))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND "durable_work_item"."queue" IN (%s, %s) AND NOT ("durable_work_item"."id" IN (%s, %s))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -156,7 +156,7 @@ quiet AS (
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
 
--- name: finish a run and claim the next item (24 parameters)
+-- name: finish a run and claim the next item (23 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -201,7 +201,7 @@ quiet AS (
                  WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -275,7 +275,7 @@ moved AS (
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
 
--- name: hand a run back to the queue and claim the next item (8 parameters)
+-- name: hand a run back to the queue and claim the next item (7 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'pending', available_at = statement_timestamp(), claim_token = NULL,
@@ -290,7 +290,7 @@ moved AS (
     FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -327,7 +327,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: finish a branch (25 parameters)
+-- name: finish a branch (24 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -361,7 +361,7 @@ woke AS (
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -398,7 +398,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: finish a failed branch of a fail-fast group (25 parameters)
+-- name: finish a failed branch of a fail-fast group (24 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -432,7 +432,7 @@ woke AS (
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -489,9 +489,9 @@ SELECT (SELECT count(*) FROM fence), 0;
 SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
 FROM unnest(%s::text[]) AS turn (queue);
 
--- name: claim from a limited queue (DURABLE_QUEUES), statement 2 of 2 (14 parameters)
+-- name: claim from a limited queue (DURABLE_QUEUES), statement 2 of 2 (13 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
@@ -537,7 +537,7 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
 FROM unnest(%s::text[]) AS turn (queue);
 
--- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (19 parameters)
+-- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -577,7 +577,7 @@ quiet AS (
                  WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = %s AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,

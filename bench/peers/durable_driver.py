@@ -1,0 +1,99 @@
+"""django-durable's side of `make bench-peers`, and the raw SKIP LOCKED ceiling (--ceiling).
+
+    DATABASE_URL=URL .venv/bin/python bench/peers/durable_driver.py [--workload w5|w2|w1|w3] [--ceiling]
+
+W5: N one-step django.tasks tasks (DurableBackend) enqueued one at a time, then drained by P worker
+processes (`durable_worker --burst -c P`). W2: one task at a time on an idle worker. W1: N ten-step
+workflows drained by P processes. W3: one workflow mapping a step over N items, P processes.
+The ceiling is bench/run.py's plain psycopg loop over N rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import version
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import run as harness  # noqa: E402  (sets Django up on bench.settings)
+from common import (  # noqa: E402
+    analyze, argument, busy_seconds, latency_w2, report, report_w5, run_workers, serving, timed_enqueue,
+)
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+
+VERSION = version("django-durable-workflows")
+
+
+def w5(jobs: int, processes: int) -> None:
+    from bench.benchapp.tasks import one_step
+
+    harness.truncate()
+    enqueue_per_s = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
+    connections.close_all()
+    analyze(os.environ["DATABASE_URL"])
+    drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
+                          env=harness.worker_env())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
+                       "EXTRACT(EPOCH FROM max(finished_at) - min(started_at)) FROM durable_workflow_run")
+        done, seconds = cursor.fetchone()
+        cursor.execute("SELECT count(*) FROM durable_step")
+        (journal,) = cursor.fetchone()
+    assert journal == 0, f"{journal} journal entries: a task should write none"
+    report_w5("django-durable", VERSION, jobs, done, seconds, enqueue_per_s, drained)
+
+
+def w2(jobs: int) -> None:
+    from bench.benchapp.tasks import one_step
+
+    harness.truncate()
+    connections.close_all()
+
+    def finished(result_id) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT status IN ('completed', 'failed') FROM durable_workflow_run WHERE id = %s",
+                           [result_id])
+            return cursor.fetchone()[0]
+
+    def server_seconds():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM finished_at - created_at) FROM durable_workflow_run "
+                           "ORDER BY created_at")
+            return [row[0] for row in cursor.fetchall()]
+
+    with serving([harness.worker_command("-c", "1", "-v", "0")], env=harness.worker_env()):
+        latency_w2("django-durable", VERSION, jobs, lambda n: one_step.enqueue(n).id, finished, server_seconds)
+
+
+def main() -> None:
+    workload = argument("workload", "w5")
+    jobs, processes = int(argument("jobs", 5000)), int(argument("processes", 2))
+    call_command("migrate", verbosity=0)
+    if "--ceiling" in sys.argv:
+        before = busy_seconds()
+        rate = harness.raw_ceiling(jobs, processes)
+        report({"system": "ceiling", "jobs": jobs, "drain_per_s": rate,
+                "cpu_ms_per_job": 1000 * (busy_seconds() - before) / jobs})
+    elif workload == "w5":
+        w5(jobs, processes)
+    elif workload == "w2":
+        w2(jobs)
+    elif workload == "w1":
+        figures = harness.w1(jobs, 10, processes)
+        report({"system": "django-durable", "version": VERSION, "workflows": jobs, **figures})
+    elif workload == "w3":
+        harness.w3_fanout([jobs], processes)
+        with connection.cursor() as cursor:  # by the database's clock, as for the peers
+            cursor.execute("SELECT EXTRACT(EPOCH FROM finished_at - created_at) FROM durable_workflow_run")
+            (seconds,) = cursor.fetchone()
+        report({"system": "django-durable", "version": VERSION, "items": jobs, "seconds": float(seconds)})
+    else:
+        raise SystemExit(f"unknown workload {workload!r}")
+
+
+if __name__ == "__main__":
+    main()
