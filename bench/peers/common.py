@@ -27,14 +27,43 @@ def busy_seconds() -> float:
 
 def run_workers(commands: list[list[str]], env: dict | None = None, timeout: float = 900) -> dict:
     """Start the worker processes, wait for all of them to exit; return the machine's busy CPU
-    seconds meanwhile, the wall time and the largest peak RSS of a worker (MB)."""
+    seconds meanwhile, the wall time, the largest peak RSS of a worker (MB), and the machine's
+    busy CPU sampled every 20 ms meanwhile (`cpu_during()` reads it over a window)."""
+    import threading
+
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            samples.append((time.time(), busy_seconds()))
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     before_cpu, before = busy_seconds(), time.perf_counter()
     processes = [subprocess.Popen(command, env={**os.environ, **(env or {})}) for command in commands]
-    for process in processes:
-        if process.wait(timeout) != 0:
-            raise SystemExit(f"a worker exited with {process.returncode}: {process.args}")
+    try:
+        for process in processes:
+            if process.wait(timeout) != 0:
+                raise SystemExit(f"a worker exited with {process.returncode}: {process.args}")
+    finally:
+        stop.set()
+        sampler.join()
     return {"busy_cpu_s": busy_seconds() - before_cpu, "wall_s": time.perf_counter() - before,
-            "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+            "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "samples": samples}
+
+
+def cpu_during(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """The machine's busy CPU seconds between the epoch times `start` and `end`, from the samples
+    run_workers() took (interpolated between the two samples around each end)."""
+    def at(moment):
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+            if t0 <= moment <= t1:
+                return c0 + (c1 - c0) * (moment - t0) / ((t1 - t0) or 1)
+        raise SystemExit(f"no CPU sample around {moment}: the drain's times are off the sampled span")
+
+    return at(end) - at(start)
 
 
 @contextlib.contextmanager
@@ -110,13 +139,19 @@ def report(figures: dict) -> None:
     print(json.dumps(figures), flush=True)
 
 
-def report_w5(system: str, version: str, jobs: int, done: int, seconds, enqueue_per_s: float, drained: dict) -> None:
-    """Check every job finished; print the W5 figures: drained per second over `seconds` (first
-    start to last end, by the database's clock), machine CPU per job, and the run_workers() ones."""
+def report_w5(system: str, version: str, jobs: int, done: int, window, enqueue_per_s: float, drained: dict) -> None:
+    """Check every job finished; print the W5 figures: drained per second over `window` (the first
+    job's start to the last one's end, epoch seconds by the database's clock, the same machine's),
+    the machine's busy CPU per job over that window ("cpu_ms_per_job": workers and PostgreSQL at
+    work, without the processes' start-up and exit) and over the workers' whole lives
+    ("lifetime_cpu_ms_per_job"), and the rest of run_workers()'s figures."""
     if done != jobs:
         raise SystemExit(f"{system}: {done} of {jobs} jobs finished")
+    start, end = (float(moment) for moment in window)
+    samples = drained.pop("samples")
     report({"system": system, "version": version, "jobs": jobs, "enqueue_per_s": enqueue_per_s,
-            "drain_per_s": jobs / float(seconds), "cpu_ms_per_job": 1000 * drained["busy_cpu_s"] / jobs, **drained})
+            "drain_per_s": jobs / (end - start), "cpu_ms_per_job": 1000 * cpu_during(samples, start, end) / jobs,
+            "lifetime_cpu_ms_per_job": 1000 * drained["busy_cpu_s"] / jobs, **drained})
 
 
 def argument(name: str, default=None):

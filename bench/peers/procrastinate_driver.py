@@ -40,10 +40,10 @@ def w5(jobs: int, processes: int) -> None:
     with psycopg.connect(URL) as connection:
         (done,) = connection.execute(
             "SELECT count(*) FILTER (WHERE status = 'succeeded') FROM procrastinate_jobs").fetchone()
-        (seconds,) = connection.execute(
-            "SELECT EXTRACT(EPOCH FROM max(at) FILTER (WHERE type = 'succeeded') "
-            "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events").fetchone()
-    report_w5("procrastinate", version("procrastinate"), jobs, done, seconds, enqueue_per_s, drained)
+        window = connection.execute(
+            "SELECT EXTRACT(EPOCH FROM min(at) FILTER (WHERE type = 'started')), "
+            "EXTRACT(EPOCH FROM max(at) FILTER (WHERE type = 'succeeded')) FROM procrastinate_events").fetchone()
+    report_w5("procrastinate", version("procrastinate"), jobs, done, window, enqueue_per_s, drained)
 
 
 def w2(jobs: int) -> None:

@@ -26,6 +26,7 @@ _COLUMN_NAMES = ", ".join(f'"{name}"' for name, _ in STEP_COLUMNS)
 _ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in STEP_COLUMNS) + ")"
 
 _pick_cache: dict = {}
+_claim_sql_cache: dict = {}
 
 _ENTRY, _MESSAGE, _CHILD = (
     "json_build_array(" + ", ".join(f"{alias}.{name}" for name in row._fields) + ")"
@@ -152,11 +153,16 @@ def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), endi
     no longer counts against its queue's limits)."""
     limits = tuple(durable_queues.served(queues))
     pick_sql, pick_params = _pick(queues, db, avoid, limits, ending)
-    chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
     rates = [limit for limit in limits if limit.rate is not None]
-    rated = _fill(queries.CLAIM_RATE) if rates else ""
-    ctes = _fill(queries.CLAIM_CTES, pick=pick_sql, chain_guard=chain_guard, rated=rated)
-    select = _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
+    key = (pick_sql, exclude, bool(rates))
+    if key not in _claim_sql_cache:  # the same few shapes, filled in once each
+        chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
+        rated = _fill(queries.CLAIM_RATE) if rates else ""
+        if len(_claim_sql_cache) > 64:
+            _claim_sql_cache.clear()
+        _claim_sql_cache[key] = (_fill(queries.CLAIM_CTES, pick=pick_sql, chain_guard=chain_guard, rated=rated),
+                                 _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD))
+    ctes, select = _claim_sql_cache[key]
     params = [*pick_params, token, worker, lease]
     if rates:
         params += [[limit.name for limit in rates], [limit.interval for limit in rates]]
