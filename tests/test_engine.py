@@ -103,7 +103,7 @@ def test_each_new_step_costs_one_query():
 
 
 def test_a_replayed_step_costs_no_query():
-    run = durable.start(crashy)
+    durable.start(crashy)
     crash_at.add("second")
     with pytest.raises(SimulatedCrash):
         drain()

@@ -35,9 +35,8 @@ def test_map_results_come_back_in_input_order_from_a_worker(start_worker):
     assert durable.wait(run.pk, timeout=1) == [i * i for i in range(30)]
 
 
-def test_a_rollback_interrupted_by_sigkill_resumes_without_repeating_a_compensation(start_worker, tmp_path):
+def test_a_rollback_interrupted_by_sigkill_resumes_without_repeating_a_compensation(start_worker):
     """Saga: charge, reserve, ship fails; release then refund, each once, across a crash."""
-    block = str(tmp_path / "release-block")
     run = durable.start("tests.saga_auto", block=None)
     # Kill the worker right after the first compensation (release) was recorded.
     first = start_worker(faults="after_checkpoint_commit=kill@rollback:reserve")

@@ -18,30 +18,85 @@ import time
 
 
 def busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (not idle, not waiting for I/O) since boot."""
+    """CPU seconds the whole machine has spent busy since boot: user, system and interrupts (not
+    idle, waiting for I/O, or stolen by the hypervisor for other machines)."""
     with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def run_workers(commands: list[list[str]], env: dict | None = None, timeout: float = 900) -> dict:
+def _process_cpu(pid: int, reaped: bool) -> float:
+    """CPU seconds of process `pid` so far, with (`reaped`) those of the children it has waited for."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if reaped else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its live descendants."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                pending.extend(int(child) for child in children.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found
+
+
+def system_cpu(roots: list[int]) -> float:
+    """CPU seconds used so far by the processes of the system under test: each root (a worker
+    process, or PostgreSQL's postmaster) with what it reaped, and its live descendants.
+
+    The machine is shared: its busy time counts other tenants' work too, this does not. A process
+    that exits between two readings moves from its own count to its parent's reaped count, so
+    nothing is lost or counted twice once it has been waited for.
+    """
+    total = 0.0
+    for root in roots:
+        tree = _tree(root)
+        total += _process_cpu(root, reaped=True) + sum(_process_cpu(pid, reaped=True) for pid in tree[1:])
+    return total
+
+
+def postmaster(url: str) -> int:
+    """The pid of the PostgreSQL server's postmaster (the parent of a backend), on this machine."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as connection:
+        (backend,) = connection.execute("SELECT pg_backend_pid()").fetchone()
+    with open(f"/proc/{backend}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def run_workers(commands: list[list[str]], env: dict | None = None, timeout: float = 900, url: str = "") -> dict:
     """Start the worker processes, wait for all of them to exit; return the machine's busy CPU
-    seconds meanwhile, the wall time, the largest peak RSS of a worker (MB), and the machine's
-    busy CPU sampled every 20 ms meanwhile (`cpu_during()` reads it over a window)."""
+    seconds meanwhile, the wall time, the largest peak RSS of a worker (MB), and, sampled every
+    20 ms meanwhile, the machine's busy CPU and the CPU of the workers and of the PostgreSQL
+    server at `url` (`cpu_during()` reads either over a window)."""
     import threading
 
-    samples, stop = [], threading.Event()
+    server = postmaster(url or os.environ["DATABASE_URL"])
+    machine, system, stop = [], [], threading.Event()
+    processes = []
 
     def sample():
         while not stop.is_set():
-            samples.append((time.time(), busy_seconds()))
+            now = time.time()
+            machine.append((now, busy_seconds()))
+            system.append((now, system_cpu([server, *(p.pid for p in processes)])))
             stop.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     before_cpu, before = busy_seconds(), time.perf_counter()
-    processes = [subprocess.Popen(command, env={**os.environ, **(env or {})}) for command in commands]
+    processes.extend(subprocess.Popen(command, env={**os.environ, **(env or {})}) for command in commands)
+    sampler.start()
     try:
         for process in processes:
             if process.wait(timeout) != 0:
@@ -51,11 +106,11 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
         sampler.join()
     return {"busy_cpu_s": busy_seconds() - before_cpu, "wall_s": time.perf_counter() - before,
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "samples": samples}
+            "samples": machine, "system_samples": system}
 
 
 def cpu_during(samples: list[tuple[float, float]], start: float, end: float) -> float:
-    """The machine's busy CPU seconds between the epoch times `start` and `end`, from the samples
+    """CPU seconds between the epoch times `start` and `end`, from the (time, CPU so far) samples
     run_workers() took (interpolated between the two samples around each end)."""
     def at(moment):
         for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
@@ -141,17 +196,17 @@ def report(figures: dict) -> None:
 
 def report_w5(system: str, version: str, jobs: int, done: int, window, enqueue_per_s: float, drained: dict) -> None:
     """Check every job finished; print the W5 figures: drained per second over `window` (the first
-    job's start to the last one's end, epoch seconds by the database's clock, the same machine's),
-    the machine's busy CPU per job over that window ("cpu_ms_per_job": workers and PostgreSQL at
-    work, without the processes' start-up and exit) and over the workers' whole lives
-    ("lifetime_cpu_ms_per_job"), and the rest of run_workers()'s figures."""
+    job's start to the last one's end, epoch seconds by the database's clock, the same machine's);
+    over that window, the CPU per job of the workers and PostgreSQL ("cpu_ms_per_job": without
+    the processes' start-up and exit, or other tenants' work) and the machine's busy CPU per job
+    ("machine_cpu_ms_per_job"); and the rest of run_workers()'s figures."""
     if done != jobs:
         raise SystemExit(f"{system}: {done} of {jobs} jobs finished")
     start, end = (float(moment) for moment in window)
-    samples = drained.pop("samples")
+    machine, own = drained.pop("samples"), drained.pop("system_samples")
     report({"system": system, "version": version, "jobs": jobs, "enqueue_per_s": enqueue_per_s,
-            "drain_per_s": jobs / (end - start), "cpu_ms_per_job": 1000 * cpu_during(samples, start, end) / jobs,
-            "lifetime_cpu_ms_per_job": 1000 * drained["busy_cpu_s"] / jobs, **drained})
+            "drain_per_s": jobs / (end - start), "cpu_ms_per_job": 1000 * cpu_during(own, start, end) / jobs,
+            "machine_cpu_ms_per_job": 1000 * cpu_during(machine, start, end) / jobs, **drained})
 
 
 def argument(name: str, default=None):

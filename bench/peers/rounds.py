@@ -134,7 +134,7 @@ def _version(rounds, workload, name):
 def w5_table(rounds, names, args) -> str:
     lines = [f"W5: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", "| system | version | jobs drained/s | share of the ceiling (per round) | vs Procrastinate (per round) "
-             "| machine CPU per job: drain / workers' whole life | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| CPU per job: workers and PostgreSQL / whole machine | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
         drained = _median(rounds, "w5", name, "drain_per_s")
         share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, "w5", name, "drain_per_s", "ceiling")) \
@@ -142,10 +142,10 @@ def w5_table(rounds, names, args) -> str:
         versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, "w5", name, "drain_per_s", "procrastinate")) \
             if "procrastinate" in names and name not in ("ceiling", "procrastinate") else "—"
         enqueue, rss = _median(rounds, "w5", name, "enqueue_per_s"), _median(rounds, "w5", name, "worker_peak_rss_mb")
-        lifetime = _median(rounds, "w5", name, "lifetime_cpu_ms_per_job")
-        lifetime = f"{lifetime:.2f} ms" if lifetime else "—"
+        machine = _median(rounds, "w5", name, "machine_cpu_ms_per_job")
+        machine = f"{machine:.2f} ms" if machine else "—"
         lines.append(f"| {name} | {_version(rounds, 'w5', name)} | {drained:.0f} | {share} | {versus} "
-                     f"| {_median(rounds, 'w5', name, 'cpu_ms_per_job'):.2f} ms / {lifetime} "
+                     f"| {_median(rounds, 'w5', name, 'cpu_ms_per_job'):.2f} ms / {machine} "
                      f"| {f'{enqueue:.0f}' if enqueue else '—'} | {f'{rss:.0f} MB' if rss else '—'} |")
     return "\n".join(lines)
 
