@@ -29,6 +29,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
     cases = dict(CASES, **{"concurrency = processes": {"default": {"concurrency": args.processes}}})
     figures = {name: [] for name in cases}
     for round_ in range(1, args.rounds + 1):

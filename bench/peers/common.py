@@ -78,19 +78,20 @@ def postmaster(url: str) -> int:
 def run_workers(commands: list[list[str]], env: dict | None = None, timeout: float = 900, url: str = "") -> dict:
     """Start the worker processes, wait for all of them to exit; return the machine's busy CPU
     seconds meanwhile, the wall time, the largest peak RSS of a worker (MB), and, sampled every
-    20 ms meanwhile, the machine's busy CPU and the CPU of the workers and of the PostgreSQL
-    server at `url` (`cpu_during()` reads either over a window)."""
+    20 ms meanwhile, the machine's busy CPU, the workers' CPU and the PostgreSQL server's at `url`
+    (`cpu_during()` reads any of them over a window)."""
     import threading
 
     server = postmaster(url or os.environ["DATABASE_URL"])
-    machine, system, stop = [], [], threading.Event()
+    machine, workers, database, stop = [], [], [], threading.Event()
     processes = []
 
     def sample():
         while not stop.is_set():
             now = time.time()
             machine.append((now, busy_seconds()))
-            system.append((now, system_cpu([server, *(p.pid for p in processes)])))
+            workers.append((now, system_cpu([p.pid for p in processes])))
+            database.append((now, system_cpu([server])))
             stop.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -106,7 +107,7 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
         sampler.join()
     return {"busy_cpu_s": busy_seconds() - before_cpu, "wall_s": time.perf_counter() - before,
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "samples": machine, "system_samples": system}
+            "samples": machine, "worker_samples": workers, "database_samples": database}
 
 
 def cpu_during(samples: list[tuple[float, float]], start: float, end: float) -> float:
@@ -197,16 +198,19 @@ def report(figures: dict) -> None:
 def report_w5(system: str, version: str, jobs: int, done: int, window, enqueue_per_s: float, drained: dict) -> None:
     """Check every job finished; print the W5 figures: drained per second over `window` (the first
     job's start to the last one's end, epoch seconds by the database's clock, the same machine's);
-    over that window, the CPU per job of the workers and PostgreSQL ("cpu_ms_per_job": without
-    the processes' start-up and exit, or other tenants' work) and the machine's busy CPU per job
-    ("machine_cpu_ms_per_job"); and the rest of run_workers()'s figures."""
+    over that window, the CPU per job of the workers and PostgreSQL ("cpu_ms_per_job", and each
+    apart: without the processes' start-up and exit, or other tenants' work) and the machine's
+    busy CPU per job ("machine_cpu_ms_per_job"); and the rest of run_workers()'s figures."""
     if done != jobs:
         raise SystemExit(f"{system}: {done} of {jobs} jobs finished")
     start, end = (float(moment) for moment in window)
-    machine, own = drained.pop("samples"), drained.pop("system_samples")
+    machine, workers, database = drained.pop("samples"), drained.pop("worker_samples"), drained.pop("database_samples")
+    per_job = {name: 1000 * cpu_during(samples, start, end) / jobs
+               for name, samples in (("workers", workers), ("database", database), ("machine", machine))}
     report({"system": system, "version": version, "jobs": jobs, "enqueue_per_s": enqueue_per_s,
-            "drain_per_s": jobs / (end - start), "cpu_ms_per_job": 1000 * cpu_during(own, start, end) / jobs,
-            "machine_cpu_ms_per_job": 1000 * cpu_during(machine, start, end) / jobs, **drained})
+            "drain_per_s": jobs / (end - start), "cpu_ms_per_job": per_job["workers"] + per_job["database"],
+            "workers_cpu_ms_per_job": per_job["workers"], "database_cpu_ms_per_job": per_job["database"],
+            "machine_cpu_ms_per_job": per_job["machine"], **drained})
 
 
 def argument(name: str, default=None):

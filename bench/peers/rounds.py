@@ -134,7 +134,7 @@ def _version(rounds, workload, name):
 def w5_table(rounds, names, args) -> str:
     lines = [f"W5: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", "| system | version | jobs drained/s | share of the ceiling (per round) | vs Procrastinate (per round) "
-             "| CPU per job: workers and PostgreSQL / whole machine | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
         drained = _median(rounds, "w5", name, "drain_per_s")
         share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, "w5", name, "drain_per_s", "ceiling")) \
@@ -145,9 +145,17 @@ def w5_table(rounds, names, args) -> str:
         machine = _median(rounds, "w5", name, "machine_cpu_ms_per_job")
         machine = f"{machine:.2f} ms" if machine else "—"
         lines.append(f"| {name} | {_version(rounds, 'w5', name)} | {drained:.0f} | {share} | {versus} "
-                     f"| {_median(rounds, 'w5', name, 'cpu_ms_per_job'):.2f} ms / {machine} "
+                     f"| {_cpu(rounds, name)} ({machine}) "
                      f"| {f'{enqueue:.0f}' if enqueue else '—'} | {f'{rss:.0f} MB' if rss else '—'} |")
     return "\n".join(lines)
+
+
+def _cpu(rounds, name) -> str:
+    total = _median(rounds, "w5", name, "cpu_ms_per_job")
+    workers, database = (_median(rounds, "w5", name, f"{part}_cpu_ms_per_job") for part in ("workers", "database"))
+    if workers is None:
+        return f"{total:.2f} ms"
+    return f"{workers:.2f} + {database:.2f} = {total:.2f} ms"
 
 
 def w2_table(rounds, names, args) -> str:
