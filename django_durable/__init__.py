@@ -22,7 +22,9 @@ from .exceptions import (
     DurableError,
     ForcedFailure,
     InvalidArguments,
+    InvalidInput,
     InvalidTransition,
+    NoBranchMatched,
     NonDeterminismError,
     NonRetryableError,
     NotSerializable,
@@ -50,7 +52,9 @@ __all__ = [
     "DurableError",
     "ForcedFailure",
     "InvalidArguments",
+    "InvalidInput",
     "InvalidTransition",
+    "NoBranchMatched",
     "NonDeterminismError",
     "NonRetryableError",
     "NotSerializable",
@@ -72,9 +76,11 @@ __all__ = [
     "duplicate",
     "edit_step_result",
     "emit_event",
+    "describe",
     "ensure_schedule",
     "force_fail",
     "get_run",
+    "recover",
     "release_claim",
     "retry_rollback",
     "retry_run",
@@ -87,6 +93,7 @@ __all__ = [
     "wait",
     "wake",
     "workflow",
+    "workflows",
 ]
 
 # The service functions touch the models, which exist only once Django's apps are loaded;
@@ -95,12 +102,14 @@ _LAZY = {
     name: "services"
     for name in (
         "start", "start_many", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
-        "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim",
+        "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim", "recover",
     )
 }
 
 
 _LAZY["ensure_schedule"] = "schedules"
+_LAZY["describe"] = "engine.describe"
+_LAZY["workflows"] = "catalog"
 
 
 def __getattr__(name):

@@ -26,12 +26,27 @@ class InvalidArguments(DurableError, TypeError):
         self.argument = argument
 
 
+class InvalidInput(InvalidArguments):
+    """A run's input failed the validation its workflow declares (``input=``); nothing was stored.
+
+    `errors` maps each field (or "input") to its messages, as a DRF serializer's errors do.
+    """
+
+    def __init__(self, message: str, errors: dict[str, list[str]]):
+        super().__init__(message, argument=next(iter(errors), None))
+        self.errors = errors
+
+
 class PayloadTooLarge(DurableError, ValueError):
     """An encoded payload is larger than DURABLE_MAX_PAYLOAD_BYTES."""
 
 
 class NonDeterminismError(DurableError):
     """Replay reached a recorded step with a different kind or function than was recorded."""
+
+
+class NoBranchMatched(DurableError, ValueError):
+    """ctx.switch() found no branch for its value and has no default."""
 
 
 class WorkflowFailed(DurableError):
@@ -91,7 +106,11 @@ class WorkflowTimeout(DurableError, TimeoutError):
 
 
 class WaitTimeout(DurableError, TimeoutError):
-    """wait() gave up before the run finished; the run itself goes on."""
+    """wait() gave up before the run finished; the run itself goes on (`run_id` names it)."""
+
+    def __init__(self, message: str, run_id=None):
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class RunFinished(DurableError):

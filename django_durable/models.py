@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 
 from django.db import models
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
@@ -44,6 +45,43 @@ class WorkflowRunQuerySet(models.QuerySet):
         tasks = [d.name for d in registry.definitions() if d.kind == "task"]
         return self.filter(workflow__in=tasks) if kind == "task" else self.exclude(workflow__in=tasks)
 
+    def waiting_for(self, kind: str):
+        """Unfinished runs waiting for `kind` (WorkflowRun.WAITING_FOR); ValueError for another."""
+        prefixes = WorkflowRun.WAITING_FOR.get(kind)
+        if prefixes is None:
+            raise ValueError(f"Not a kind of wait: {kind[:50]!r}; use {', '.join(WorkflowRun.WAITING_FOR)}.")
+        condition = Q()
+        for prefix in prefixes:
+            condition |= Q(waiting_on__startswith=prefix)
+        return self.exclude(status__in=WorkflowRun.TERMINAL).filter(condition)
+
+    def stuck(self, *, lease_expired: bool = True, nothing_pending: bool = True):
+        """Unfinished runs whose worker's lease expired, or that nothing will ever advance.
+
+        Nothing will advance a run that has no queued or claimed work item, no pending timer, no
+        wait for a signal or event (those come from outside), and no unfinished child.
+        """
+        run = OuterRef("pk")
+        expired = Exists(WorkItem.objects.filter(run=run, status=WorkItem.Status.PROCESSING,
+                                                 claim_expires_at__lt=clock.db_now()))
+        idle = (
+            ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
+            & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
+            & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING, kind__in=[Step.Kind.SIGNAL,
+                                                                                        Step.Kind.EVENT]))
+            & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
+        )
+        if lease_expired and nothing_pending:
+            condition = expired | idle
+        elif lease_expired:
+            condition = expired
+        else:
+            condition = idle
+        # Named statuses rather than "not terminal": the planner then starts from the few unfinished
+        # runs on the status index instead of walking the whole table.
+        unfinished = [status for status in WorkflowRun.Status.values if status not in WorkflowRun.TERMINAL]
+        return self.filter(status__in=unfinished).filter(condition)
+
     def back_to_pending(self) -> int:
         """The runs of these that a worker was advancing wait for the next one (their item was freed)."""
         return self.filter(status=WorkflowRun.Status.RUNNING).update(
@@ -67,6 +105,17 @@ class WorkflowRun(models.Model):
     TERMINAL = frozenset(
         {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT, Status.COMPENSATION_FAILED}
     )
+    # The kinds of wait, by how the engine starts `waiting_on` for each (the admin and the API
+    # filter on them: ?waiting_for=signal).
+    WAITING_FOR = {
+        "sleep": ("sleep ",),
+        "retry": ("retry of ",),
+        "signal": ("signal ",),
+        "event": ("event ",),
+        "children": ("parallel ", "child workflow "),
+        "start": ("starts at ",),
+        "code": ("a worker that has ",),
+    }
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     workflow = models.CharField(max_length=200, help_text="The registered workflow name.")
@@ -167,9 +216,66 @@ class WorkflowRun(models.Model):
     def get_error(self) -> dict | None:
         return serialization.decode(self.error)
 
+    @property
+    def waiting_for(self) -> str:
+        """What kind of wait the run is in (a key of WAITING_FOR), or "" when it waits for nothing."""
+        if self.status in self.TERMINAL or not self.waiting_on:
+            return ""
+        for kind, prefixes in self.WAITING_FOR.items():
+            if self.waiting_on.startswith(prefixes):
+                return kind
+        return ""
+
+    def current_waiting_on(self) -> str:
+        """`waiting_on`, with a fan-out's count of finished branches as it is now (one query): the
+        run's text is written when it begins to wait, the count goes down as branches finish."""
+        if self.status in self.TERMINAL or not self.waiting_on.startswith("parallel "):
+            return self.waiting_on if self.status not in self.TERMINAL else ""
+        counted = self.fan_out()
+        if counted is None:
+            return self.waiting_on
+        group, done, total = counted
+        return f"parallel {group!r}: {done} of {total} branches done"
+
+    def fan_out(self) -> tuple[str, int, int] | None:
+        """(group, branches done, branches) of the parallel group the run waits for now, or None."""
+        match = _FAN_OUT.match(self.waiting_on) if self.status not in self.TERMINAL else None
+        if match is None:
+            return None
+        total = int(match.group(2))
+        remaining = (self.steps.filter(kind=Step.Kind.PARALLEL, status=Step.Status.WAITING)
+                     .values_list("remaining", flat=True).first())
+        if remaining is None:
+            return None
+        return match.group(1), max(0, total - remaining), total
+
     def step_counts(self) -> dict[str, int]:
-        """How many of its journal entries have each status, in one query."""
-        return dict(self.steps.order_by().values_list("status").annotate(n=models.Count("pk")))
+        """How many of its journal entries have each status, in one query (its progress is not one)."""
+        return dict(self.steps.exclude(kind=Step.Kind.PROGRESS).order_by().values_list("status")
+                    .annotate(n=models.Count("pk")))
+
+    def progress(self) -> dict | None:
+        """What ``ctx.set_progress()`` last set and committed, {"done", "total", "message"}; while
+        the run waits for a fan-out and set none, how many of its branches are done; else None."""
+        step = self.steps.filter(kind=Step.Kind.PROGRESS).only("result").first()
+        if step is None:
+            counted = self.fan_out()
+            if counted is None:
+                return None
+            group, done, total = counted
+            return {"done": done, "total": total, "message": f"parallel {group!r}"}
+        told = serialization.decode(step.result) or {}
+        return {"done": told.get("done"), "total": told.get("total"), "message": told.get("message", "")}
+
+    def notes(self, limit: int = 100) -> list[dict]:
+        """The notes ``ctx.note()`` added, oldest first (the last `limit`): {"key", "at", "message", "data"}."""
+        steps = self.steps.filter(kind=Step.Kind.LOG).order_by("-seq").only("key", "result", "started_at")[:limit]
+        notes = []
+        for step in reversed(list(steps)):
+            told = serialization.decode(step.result) or {}
+            notes.append({"key": step.key, "at": step.started_at, "message": told.get("message", ""),
+                          "data": told.get("data", {})})
+        return notes
 
     @classmethod
     def statuses_from(cls, text: str) -> list[str]:
@@ -193,6 +299,11 @@ class Step(models.Model):
         PARALLEL = "parallel", "Parallel branches"
         CHILD = "child", "Child workflow"
         ROLLBACK = "rollback", "Compensation"
+        SWITCH = "switch", "Branch taken"
+        LOG = "log", "Note"
+        PROGRESS = "progress", "Progress"
+        EMIT = "emit", "Emitted event"
+        PATCH = "patch", "Code change marker"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
@@ -255,6 +366,9 @@ _RUNNING = ('(SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "runni
             'AND "running"."queue" = %s AND "running"."id" <> %s{same_key}) < %s')
 _SAME_KEY = ' AND "running"."concurrency_key" = "durable_work_item"."concurrency_key"'
 
+
+# "parallel 'images': 3 of 500 branches done" (engine/composition.py writes it).
+_FAN_OUT = re.compile(r"^parallel '(.*)': \d+ of (\d+) branches done")
 
 # The status of ready items, as a constant in the SQL (WorkItemQuerySet.ready).
 _PENDING = RawSQL("'pending'", [])
@@ -505,6 +619,10 @@ class SignalMessage(models.Model):
     payload = models.TextField(default="null", help_text="JSON.")
     target_key = models.CharField(max_length=255, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    event = models.ForeignKey(
+        "StoredEvent", null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries",
+        help_text="The emitted event this message delivers (one delivery per run and event).",
+    )
     created_at = models.DateTimeField(db_default=Now())
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by = models.CharField(max_length=255, blank=True, default="", help_text="The wait's key.")
@@ -518,6 +636,10 @@ class SignalMessage(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="durable_signal_idempotency_key",
             ),
+            # A run takes an emitted event once, whichever way it arrives (delivered to a wait
+            # already there, or found by a wait that began later).
+            models.UniqueConstraint(fields=["run", "event"], condition=Q(event__isnull=False),
+                                    name="durable_signal_one_event_per_run"),
         ]
         indexes = [
             # A claim reads the run's unconsumed messages.
@@ -526,6 +648,27 @@ class SignalMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} to {self.run_id}"
+
+    def get_payload(self):
+        return serialization.decode(self.payload)
+
+
+class StoredEvent(models.Model):
+    """An event emitted with ``durable.emit_event()`` (or ``ctx.emit()``), kept for
+    DURABLE_EVENT_RETENTION, so that a run that begins waiting for it a moment later still takes it."""
+
+    name = models.CharField(max_length=200)
+    payload = models.TextField(default="null", help_text="JSON.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "durable_event"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["name", "created_at"], name="durable_event_name")]
+        verbose_name = "emitted event"
+
+    def __str__(self) -> str:
+        return f"event {self.name} at {self.created_at:%Y-%m-%d %H:%M:%S}"
 
     def get_payload(self):
         return serialization.decode(self.payload)
@@ -607,6 +750,7 @@ class WorkflowEvent(models.Model):
         WOKEN = "woken", "Timer fired early"
         CLAIM_RELEASED = "claim_released", "Claim released"
         ATTEMPT_ENDED = "attempt_ended", "Attempt ended"
+        RECOVERED = "recovered", "Advance given back"
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(db_default=Now())
@@ -654,4 +798,14 @@ class Overview(WorkflowRun):
         proxy = True
         verbose_name = "overview"
         verbose_name_plural = "overview"
+        default_permissions = ()  # seeing runs is enough (view_workflowrun)
+
+
+class Definition(WorkflowRun):
+    """No table of its own: the admin's page of the registered workflows and tasks hangs on it."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "workflow definition"
+        verbose_name_plural = "workflow definitions"
         default_permissions = ()  # seeing runs is enough (view_workflowrun)

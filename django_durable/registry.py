@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -33,6 +34,7 @@ class WorkflowDefinition:
     compensate_on_failure: bool = False
     compensate_on_cancel: bool = False
     schedule: str | dict | None = None
+    input: Any = None  # a DRF Serializer class, or a callable: validates a run's input (validated())
 
     kind = "workflow"  # or "task": a django.tasks task (tasks.TaskDefinition)
 
@@ -46,6 +48,52 @@ class WorkflowDefinition:
             return inspect.signature(self.fn)
         except (TypeError, ValueError):  # a callable without one: nothing to check against
             return None
+
+    def validated(self, args, kwargs: dict) -> tuple[list, dict]:
+        """The arguments a run of this workflow is stored with: check_arguments(), then the
+        workflow's declared `input` validation, whose cleaned values are stored (by name).
+
+        `input` is a DRF Serializer class (its ``validated_data``), or a callable given the
+        arguments by name that raises ValueError or a ValidationError for bad input and returns
+        a dict of cleaned arguments or None (they are stored as given). Raise InvalidArguments,
+        or InvalidInput with the errors by field.
+        """
+        self.check_arguments(args, kwargs)
+        if self.input is None:
+            return list(args), kwargs
+        arguments = self._by_name(args, kwargs)
+        if inspect.isclass(self.input):
+            serializer = self.input(data=arguments)
+            if not serializer.is_valid():
+                raise _invalid(self.name, _flat(serializer.errors))
+            return [], dict(serializer.validated_data)
+        try:
+            cleaned = self.input(**arguments)
+        except Exception as exc:
+            errors = _errors_of(exc)
+            if errors is None:
+                raise
+            raise _invalid(self.name, errors) from None
+        return ([], dict(cleaned)) if cleaned is not None else (list(args), kwargs)
+
+    def _by_name(self, args, kwargs: dict) -> dict:
+        """The arguments by parameter name (a **kwargs parameter's items among them)."""
+        signature = self._signature
+        if signature is None:
+            return dict(kwargs)
+        bound = signature.bind(None, *args, **kwargs)
+        named = {}
+        for index, (name, value) in enumerate(bound.arguments.items()):
+            parameter = signature.parameters[name]
+            if index == 0:
+                continue  # the context
+            if parameter.kind is parameter.VAR_KEYWORD:
+                named.update(value)
+            elif parameter.kind is parameter.VAR_POSITIONAL:
+                named[name] = list(value)
+            else:
+                named[name] = value
+        return named
 
     def check_arguments(self, args, kwargs: dict) -> None:
         """Raise InvalidArguments unless the function takes (ctx, *args, **kwargs).
@@ -85,6 +133,7 @@ def workflow(
     compensate_on_failure: bool = False,
     compensate_on_cancel: bool = False,
     schedule: str | dict | None = None,
+    input: Any = None,
 ):
     """Register a function as a workflow and return it unchanged.
 
@@ -98,6 +147,8 @@ def workflow(
     compensations of its completed steps, as ctx.rollback() does. `schedule` (a cron
     expression, or a dict of ensure_schedule() options) declares a schedule named after the
     workflow, created by ``manage.py durable schedules sync`` and by every worker at start-up.
+    `input` (a DRF Serializer class, or a callable) validates a run's input before anything is
+    stored, wherever it is started from (WorkflowDefinition.validated()).
     """
     if callable(name):
         return workflow()(name)
@@ -114,12 +165,57 @@ def workflow(
             compensate_on_failure=compensate_on_failure,
             compensate_on_cancel=compensate_on_cancel,
             schedule=schedule,
+            input=input,
         )
         register(definition)
         fn.durable_workflow = definition
         return fn
 
     return decorator
+
+
+def _invalid(name: str, errors: dict[str, list[str]]):
+    from .exceptions import InvalidInput
+
+    shown = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
+    return InvalidInput(f"Workflow {name!r} refused its input: {shown}", errors)
+
+
+def _flat(errors) -> dict[str, list[str]]:
+    """A serializer's errors as {field: [message, ...]} (nested ones under dotted fields)."""
+    flat = {}
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list) and value and not all(isinstance(v, str) for v in value):
+            for index, inner in enumerate(value):
+                walk(inner, f"{path}.{index}")
+        else:
+            flat.setdefault(path or "input", []).extend(str(v) for v in (value if isinstance(value, list) else [value]))
+
+    walk(errors, "")
+    return flat
+
+
+def _errors_of(exc: Exception) -> dict[str, list[str]] | None:
+    """The errors by field a validating callable raised, or None if it raised something else."""
+    from django.core.exceptions import ValidationError as DjangoValidationError
+
+    if isinstance(exc, DjangoValidationError):
+        if hasattr(exc, "error_dict"):
+            return {field: [str(m) for error in errors for m in error.messages] for field, errors in exc.error_dict.items()}
+        return {"input": list(exc.messages)}
+    try:
+        from rest_framework.exceptions import ValidationError as DRFValidationError
+    except ImportError:  # pragma: no cover - djangorestframework is a dependency
+        DRFValidationError = ()
+    if isinstance(exc, DRFValidationError):
+        return _flat(exc.detail)
+    if isinstance(exc, ValueError):
+        return {"input": [str(exc)]}
+    return None
 
 
 def _timedelta(value, name) -> dt.timedelta | None:

@@ -46,17 +46,19 @@ class ScheduleError(DurableError, ValueError):
 def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = None,
                     interval: float | dt.timedelta | None = None, timezone: str = "UTC", args=(),
                     kwargs: dict | None = None, overlap: str = "allow", catch_up: str = "none",
-                    queue: str | None = None, enabled: bool | None = True, declared: bool = False) -> Schedule:
+                    queue: str | None = None, enabled: bool | None = None, declared: bool = False) -> Schedule:
     """Create the schedule `slug`, or bring it in line with this definition; return it.
 
     Idempotent and safe when many processes call it at once (at boot, say): the slug is
-    unique. A changed cron, interval or time zone moves the next fire time; `enabled=False`
-    pauses it, `enabled=None` keeps an existing schedule active or paused as it is. Raise
+    unique. A changed cron, interval or time zone moves the next fire time. A new schedule
+    starts active unless `enabled=False`; an existing one stays active or paused as it is (an
+    operator's pause outlives the next deploy) unless `enabled` is given: True resumes it,
+    False pauses it. Raise
     ScheduleError naming the bad value, WorkflowNotFound for an unknown workflow, InvalidArguments
     for arguments the workflow does not take.
     """
     definition = _validated(slug, workflow, cron, interval, timezone, overlap, catch_up, queue)
-    definition.check_arguments([*args], kwargs or {})  # each fire time would fail on them otherwise
+    definition.validated([*args], kwargs or {})  # each fire time would fail on them otherwise
     fields = {
         "workflow": definition.name,
         "args": serialization.encode([*args], what=f"args of schedule {slug!r}"),

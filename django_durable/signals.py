@@ -12,6 +12,14 @@ does not affect the run.
 - ``step_completed(run_id, workflow, key, result, attempts)``: a step's result was recorded.
 - ``step_failed(run_id, workflow, key, error, attempt, will_retry)``: an attempt failed;
   ``will_retry`` is False when the step failed for good.
+- ``run_noted(run_id, workflow, key, message, data)``: the workflow added a note (``ctx.note()``).
+- ``run_progress(run_id, workflow, done, total, message)``: the workflow set its progress
+  (``ctx.set_progress()``).
+- ``run_emitted(run_id, workflow, name, payload, delivered)``: the workflow emitted an event
+  (``ctx.emit()``); ``delivered`` is how many waiting runs took it.
+
+Each is sent once, after the change it announces committed; a replay of the workflow code does
+not send it again (a worker that dies between the commit and the signal does not send it at all).
 """
 
 import logging
@@ -26,6 +34,9 @@ run_failed = Signal()
 run_cancelled = Signal()
 step_completed = Signal()
 step_failed = Signal()
+run_noted = Signal()
+run_progress = Signal()
+run_emitted = Signal()
 
 
 def send(signal: Signal, workflow: str, **kwargs) -> None:

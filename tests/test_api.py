@@ -501,7 +501,8 @@ def test_the_schema_documents_every_route_and_validates(api):
         ("/workflows/{id}/signals/{name}/", "post"), ("/workflows/{id}/result/", "get"),
         ("/workflows/{id}/retry/", "post"), ("/events/{name}/", "post"), ("/schedules/", "get"),
         ("/schedules/{slug}/pause/", "post"), ("/schedules/{slug}/resume/", "post"),
-        ("/schedules/{slug}/trigger/", "post"),
+        ("/schedules/{slug}/trigger/", "post"), ("/workflows/definitions/", "get"),
+        ("/workflows/definitions/{name}/", "get"),
     }
     for path, item in schema["paths"].items():
         for method, operation in item.items():

@@ -225,7 +225,8 @@ def test_an_event_wakes_exactly_the_waiting_runs_that_match():
     assert run_of(runs[1]).status == "waiting"
 
 
-def test_events_are_not_kept_for_runs_that_are_not_waiting_yet():
+def test_without_event_retention_events_are_not_kept_for_runs_that_are_not_waiting_yet(settings):
+    settings.DURABLE_EVENT_RETENTION = 0  # by default they are: tests/test_kept_events.py
     run = durable.start("tests.payment_waiter", 5, timeout=60)
     assert durable.emit_event("payment.settled", {"order": {"id": 5}, "amount": "5"}) == 0  # too early
     with clock() as test_clock:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import services
-from ..exceptions import DurableError, RunFinished
+from ..exceptions import DurableError, InvalidTransition, RunFinished
 from . import forms
 
 BULK_LIMIT = 1000  # runs one bulk action handles at a time
@@ -65,6 +65,12 @@ def _wake(run, data, by):
     return f"Fired {fired} timer(s) early"
 
 
+def _recover(run, data, by):
+    if not services.recover([run.pk], by=by):
+        raise InvalidTransition(f"Workflow run {run.pk} is not stuck: something will advance it.")
+    return "Gave its advance back"
+
+
 def _duplicate(run, data, by):
     copy = services.duplicate(run.pk, by=by)
     return f"Duplicated as run {copy.pk}"
@@ -97,6 +103,9 @@ ACTIONS = {
         RunAction("wake", "Wake now", "wake_workflowrun", forms.WakeForm, _wake,
                   explain="Sleeps, back-offs and a delayed start end now. A named timeout or deadline fires too, "
                           "which times its wait or the run out."),
+        RunAction("recover", "Recover", "retry_workflowrun", forms.NoForm, _recover,
+                  explain="For a run nothing will advance (no work queued, no timer, no wait from outside, no "
+                          "child running): its advance is given back, and a worker replays it from the journal."),
         RunAction("duplicate", "Duplicate", "start_workflowrun", forms.NoForm, _duplicate,
                   explain="Starts a new run of the same workflow with the same input, queue and priority."),
     ]
@@ -104,7 +113,8 @@ ACTIONS = {
 
 # The bulk actions of the list: (action, verb for the message).
 BULK = {"cancel": "Cancelled", "retry": "Retried", "force-fail": "Forced to fail",
-        "retry-rollback": "Retried the rollback of", "wake": "Woke", "duplicate": "Duplicated"}
+        "retry-rollback": "Retried the rollback of", "wake": "Woke", "recover": "Recovered",
+        "duplicate": "Duplicated"}
 
 
 def reason_of(exc: DurableError) -> str:
@@ -118,4 +128,6 @@ def reason_of(exc: DurableError) -> str:
         return "not compensation_failed"
     if "no pending timer" in text:
         return "nothing to wake"
+    if "is not stuck" in text:
+        return "not stuck"
     return type(exc).__name__

@@ -87,3 +87,27 @@ def parse_uuid(value) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
+
+
+class PageAdmin(DurableAdmin):
+    """A page of its own (the overview, the workflow definitions) on a proxy model without rows:
+    seen by whoever may see runs, its list URL the page itself."""
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm(f"{self.opts.app_label}.view_workflowrun")
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def page_urls(self, *extra):
+        """The page's URL (named as a changelist, so the admin's index links to it), then `extra`."""
+        from django.urls import path
+
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=f"{name}_changelist"), *extra]
+
+    def check_view(self, request) -> None:
+        if not self.has_view_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
 from .. import registry
-from ..models import Step, Timer, WorkflowRun, WorkItem
+from ..models import WorkflowRun
 
 Status = WorkflowRun.Status
 
@@ -63,32 +61,19 @@ class ErrorFilter(admin.SimpleListFilter):
         return queryset
 
 
-def stuck_runs(queryset, *, lease_expired=True, nothing_pending=True):
-    """Unfinished runs whose worker's lease expired, or that nothing will ever advance.
+class WaitingForFilter(admin.SimpleListFilter):
+    title = "waiting for"
+    parameter_name = "waiting_for"
 
-    Nothing will advance a run that has no queued or claimed work item, no pending timer, no
-    wait for a signal or event (those come from outside), and no unfinished child.
-    """
-    now = timezone.now()
-    run = OuterRef("pk")
-    expired = Exists(WorkItem.objects.filter(run=run, status=WorkItem.Status.PROCESSING, claim_expires_at__lt=now))
-    idle = (
-        ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
-        & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
-        & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING, kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT]))
-        & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
-    )
-    condition = Q()
-    if lease_expired and nothing_pending:
-        condition = expired | idle
-    elif lease_expired:
-        condition = expired
-    else:
-        condition = idle
-    # Named statuses rather than "not terminal": the planner then starts from the few unfinished
-    # runs on the status index instead of walking the whole table.
-    unfinished = [status for status in Status.values if status not in WorkflowRun.TERMINAL]
-    return queryset.filter(status__in=unfinished).filter(condition)
+    def lookups(self, request, model_admin):
+        labels = {"sleep": "A sleep", "retry": "A retry's back-off", "signal": "A signal", "event": "An event",
+                  "children": "Branches or a child", "start": "Its delayed start", "code": "A worker with its code"}
+        return [(kind, labels[kind]) for kind in WorkflowRun.WAITING_FOR]
+
+    def queryset(self, request, queryset):
+        if self.value() in WorkflowRun.WAITING_FOR:
+            return queryset.waiting_for(self.value())
+        return queryset
 
 
 class StuckFilter(admin.SimpleListFilter):
@@ -100,9 +85,9 @@ class StuckFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "any":
-            return stuck_runs(queryset)
+            return queryset.stuck()
         if self.value() == "lease":
-            return stuck_runs(queryset, nothing_pending=False)
+            return queryset.stuck(nothing_pending=False)
         if self.value() == "idle":
-            return stuck_runs(queryset, lease_expired=False)
+            return queryset.stuck(lease_expired=False)
         return queryset

@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db.models import Count
 from django.db.models.functions import Trunc
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
@@ -18,28 +18,18 @@ from django.utils.safestring import mark_safe
 from ..models import Overview, Schedule, Worker, WorkflowRun, WorkItem
 from ..stats import OUTCOMES, live_workers_since, queue_lag, status_table
 from . import display
-from .base import DurableAdmin
+from .base import PageAdmin
 
 COLOURS = {"completed": "#2e7d32", "failed": "#c62828", "cancelled": "#9e9e9e"}  # of the stacked bars
 
 
 @admin.register(Overview)
-class OverviewAdmin(DurableAdmin):
-    def has_view_permission(self, request, obj=None):
-        return request.user.has_perm(f"{self.opts.app_label}.view_workflowrun")
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
+class OverviewAdmin(PageAdmin):
     def get_urls(self):
-        name = f"{self.opts.app_label}_{self.opts.model_name}"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=f"{name}_changelist")]
+        return self.page_urls()
 
     def changelist_view(self, request, extra_context=None):
-        if not self.has_view_permission(request):
-            from django.core.exceptions import PermissionDenied
-
-            raise PermissionDenied
+        self.check_view(request)
         now = timezone.now()
         runs_url = reverse(f"{self.admin_site.name}:django_durable_workflowrun_changelist")
         context = self.page_context(

@@ -26,7 +26,7 @@ from ..workpool import evidence
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
 from .base import DurableAdmin, parse_uuid
-from .filters import ErrorFilter, KindFilter, QueueFilter, StuckFilter, WorkflowFilter
+from .filters import ErrorFilter, KindFilter, QueueFilter, StuckFilter, WaitingForFilter, WorkflowFilter
 
 Status = WorkflowRun.Status
 STEPS_PER_PAGE = 200
@@ -52,7 +52,7 @@ def decorate(runs: list[WorkflowRun], *, payloads: bool) -> None:
     pks = [run.pk for run in runs]
     current: dict = {}
     open_steps = (
-        Step.objects.filter(run_id__in=pks).exclude(status=Step.Status.COMPLETED)
+        Step.objects.filter(run_id__in=pks).exclude(status=Step.Status.COMPLETED).exclude(kind=Step.Kind.PROGRESS)
         .order_by("run_id", "seq").values_list("run_id", "key", "status")
     )
     for run_id, key, status in open_steps:
@@ -78,14 +78,14 @@ class WorkflowRunAdmin(DurableAdmin):
     # created and how long it took share one.
     list_display = ["short_id", "workflow", "status_badge", "now_doing", "created", "last_error"]
     list_display_links = ["short_id"]
-    list_filter = ["status", KindFilter, WorkflowFilter, QueueFilter, ErrorFilter, StuckFilter]
+    list_filter = ["status", KindFilter, WorkflowFilter, QueueFilter, ErrorFilter, WaitingForFilter, StuckFilter]
     search_fields = ["workflow"]  # shows the box; get_search_results decides
     search_help_text = "A run id (or its last 8 digits), a workflow name, or an idempotency key."
     date_hierarchy = "created_at"
     ordering = ["-created_at"]
     list_per_page = 50
-    actions = ["cancel_runs", "retry_runs", "force_fail_runs", "retry_rollback_runs", "wake_runs", "duplicate_runs",
-               "delete_finished_runs"]
+    actions = ["cancel_runs", "retry_runs", "force_fail_runs", "retry_rollback_runs", "wake_runs", "recover_runs",
+               "duplicate_runs", "delete_finished_runs"]
 
     # -- permissions --------------------------------------------------------------------------
 
@@ -249,6 +249,10 @@ class WorkflowRunAdmin(DurableAdmin):
     def wake_runs(self, request, queryset):
         return self._bulk(request, queryset, "wake")
 
+    @admin.action(description="Recover selected stuck runs (give their advance back)", permissions=["retry"])
+    def recover_runs(self, request, queryset):
+        return self._bulk(request, queryset, "recover")
+
     @admin.action(description="Duplicate selected runs", permissions=["start"])
     def duplicate_runs(self, request, queryset):
         return self._bulk(request, queryset, "duplicate")
@@ -333,11 +337,13 @@ class WorkflowRunAdmin(DurableAdmin):
             step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
             # In a finished run nothing waits or runs any more: a step left so is shown stopped, and
             # only a failed step may be skipped (the run then goes again from there).
-            step.stopped = run.is_finished and step.status in (Step.Status.RUNNING, Step.Status.WAITING,
-                                                                Step.Status.RETRYING)
-            step.can_skip = step.kind != Step.Kind.PARALLEL and (
+            step.stopped = run.is_finished and step.kind != Step.Kind.PROGRESS and step.status in (
+                Step.Status.RUNNING, Step.Status.WAITING, Step.Status.RETRYING)
+            said = step.kind in (Step.Kind.LOG, Step.Kind.PROGRESS)  # nothing to skip or edit
+            step.can_skip = not said and step.kind != Step.Kind.PARALLEL and (
                 step.status == Step.Status.FAILED if run.is_finished else step.status != Step.Status.COMPLETED)
-            step.can_edit = step.status == Step.Status.COMPLETED and step.kind not in (Step.Kind.SLEEP, Step.Kind.PARALLEL)
+            step.can_edit = not said and step.status == Step.Status.COMPLETED and step.kind not in (
+                Step.Kind.SLEEP, Step.Kind.PARALLEL)
         error = run.get_error() if payloads and run.error else None
         context = self.page_context(
             request, f"{run.workflow} {display.short_id(run.pk)}",
@@ -380,8 +386,9 @@ class WorkflowRunAdmin(DurableAdmin):
             ("Workflow", run.workflow if registry.find(run.workflow) else f"{run.workflow} (not registered here)"),
             ("Status", display.status_badge(run.status)),
         ]
-        if run.waiting_on:
-            rows.append(("Waiting on", run.waiting_on))
+        waiting_on = run.current_waiting_on()
+        if waiting_on:
+            rows.append(("Waiting on", waiting_on))
         rows += [
             ("Attempt", f"{run.attempt} of {run.max_attempts}"),
             ("Queue / priority", f"{run.queue} / {run.priority}"

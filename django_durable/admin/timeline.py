@@ -22,6 +22,7 @@ ROW = 20
 DEADLINE_REACH = 3  # a deadline up to 3 times the drawn span ahead stretches the axis to it
 AXIS = 28
 WAITS = {"sleep", "signal", "event", "child", "parallel"}
+TOLD = {"log", "progress"}  # drawn as a mark at a moment, labelled with what the workflow said
 COLOURS = {
     "completed": "#2e7d32", "failed": "#c62828", "running": "#1565c0", "retrying": "#ef6c00", "waiting": "#6a1b9a",
 }
@@ -75,6 +76,9 @@ def render(run, steps, *, branch_keys=frozenset(), now: dt.datetime | None = Non
                      f'y2="{y + ROW - 4}" class="mark"><title>started</title></line>')
     for step in steps:
         y += ROW
+        if step.kind in TOLD:
+            parts.append(_told(step, y, x(step.started_at or step.finished_at or run.created_at)))
+            continue
         indent = step.key in branch_keys
         parts.append(_label(y, ("↳ " if indent else "") + step.key, indent=indent))
         began = step.started_at or step.finished_at or run.created_at
@@ -117,6 +121,25 @@ def render(run, steps, *, branch_keys=frozenset(), now: dt.datetime | None = Non
 def _still_open(step, run) -> bool:
     """A step or wait that has not ended (in a run that has not ended either)."""
     return step.status in ("running", "waiting") and run.finished_at is None
+
+
+def _told(step, y: float, at: float) -> str:
+    """A note or the run's progress: a diamond at the moment it was said, its words as the label."""
+    from .. import serialization
+
+    told = serialization.decode(step.result) or {}
+    if step.kind == "log":
+        text = told.get("message", "")
+    else:
+        done, total = told.get("done"), told.get("total")
+        text = f"progress {done}" + (f" of {total}" if total is not None else "")
+        if told.get("message"):
+            text += f": {told['message']}"
+    half = (ROW - 8) / 2
+    middle = y + 3 + half
+    return (_label(y, text) + f'<path d="M{at:.1f},{middle - half:.1f} L{at + half:.1f},{middle:.1f} '
+            f'L{at:.1f},{middle + half:.1f} L{at - half:.1f},{middle:.1f} Z" fill="#455a64" class="told">'
+            f'<title>{escape(text)}</title></path>')
 
 
 def _label(y: float, text: str, *, bold: bool = False, indent: bool = False) -> str:

@@ -18,6 +18,7 @@ from .. import conf
 from ..exceptions import (
     InvalidTransition,
     InvalidArguments,
+    InvalidInput,
     NotSerializable,
     PayloadTooLarge,
     RunFinished,
@@ -28,7 +29,7 @@ from ..exceptions import (
 logger = logging.getLogger("django_durable.api")
 
 # The error codes a client can rely on; field errors carry "invalid" unless one of FIELD_CODES.
-FIELD_CODES = {"unknown_workflow", "invalid_payload", "invalid_arguments", "unknown_field"}
+FIELD_CODES = {"unknown_workflow", "invalid_payload", "invalid_arguments", "invalid_input", "unknown_field"}
 
 
 class Conflict(exceptions.APIException):
@@ -90,6 +91,9 @@ def translate(exc: Exception) -> Exception:
         return exceptions.NotFound("Not found.", code="not_found")
     if isinstance(exc, PayloadTooLarge):
         return TooLarge(str(exc))
+    if isinstance(exc, InvalidInput):
+        return exceptions.ValidationError({f"kwargs.{field}": messages for field, messages in exc.errors.items()},
+                                          code="invalid_input")
     if isinstance(exc, InvalidArguments):
         field = f"kwargs.{exc.argument}" if exc.argument else "kwargs"
         return exceptions.ValidationError({field: [str(exc)]}, code="invalid_arguments")

@@ -45,6 +45,19 @@ class StepSerializer(serializers.Serializer):
     error = ErrorSerializer(allow_null=True, help_text="Null unless the user may see payloads.")
 
 
+class ProgressSerializer(serializers.Serializer):
+    done = serializers.JSONField(help_text="A number: how much is done.")
+    total = serializers.JSONField(allow_null=True, help_text="A number, or null when the total is not known.")
+    message = serializers.CharField(allow_blank=True)
+
+
+class NoteSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    at = serializers.DateTimeField(allow_null=True)
+    message = serializers.CharField()
+    data = serializers.JSONField(allow_null=True, help_text="Null unless the user may see payloads.")
+
+
 class RunSummarySerializer(serializers.Serializer):
     """A run as the list shows it: no payloads, no journal."""
 
@@ -53,6 +66,9 @@ class RunSummarySerializer(serializers.Serializer):
     kind = serializers.SerializerMethodField(help_text="workflow, or task: a django.tasks task.")
     status = serializers.ChoiceField(choices=WorkflowRun.Status.choices)
     waiting_on = serializers.CharField()
+    waiting_for = serializers.ChoiceField(
+        choices=[(kind, kind) for kind in WorkflowRun.WAITING_FOR], allow_blank=True,
+        help_text="The kind of wait (empty: none): sleep, retry, signal, event, children, start or code.")
     queue = serializers.CharField()
     priority = serializers.IntegerField()
     concurrency_key = serializers.CharField(help_text="Empty: none (see DURABLE_QUEUES' key_concurrency).")
@@ -81,16 +97,22 @@ class RunSummarySerializer(serializers.Serializer):
 class RunSerializer(RunSummarySerializer):
     """A run with its outcome and a summary of its journal (the whole journal with ?include=steps)."""
 
+    waiting_on = serializers.SerializerMethodField(help_text="What the run waits for; a fan-out's count is current.")
     payload_visible = serializers.SerializerMethodField()
     input = serializers.SerializerMethodField()
     result = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     errors = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+    notes = serializers.SerializerMethodField()
     journal = serializers.SerializerMethodField()
 
     def _payloads(self) -> bool:
         return bool(self.context.get("payloads"))
+
+    def get_waiting_on(self, run) -> str:
+        return run.current_waiting_on()
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_payload_visible(self, run) -> bool:
@@ -121,6 +143,21 @@ class RunSerializer(RunSummarySerializer):
                           "description": "how many journal entries have each status"})
     def get_steps(self, run) -> dict:
         return run.step_counts()
+
+    @extend_schema_field(ProgressSerializer(allow_null=True))
+    def get_progress(self, run):
+        """What the workflow last set with ctx.set_progress(): shown whoever may see the run."""
+        return run.progress() if run.started_at is not None else None
+
+    @extend_schema_field(NoteSerializer(many=True))
+    def get_notes(self, run):
+        """The workflow's notes (ctx.note()), oldest first; their data only if payloads are visible."""
+        if run.started_at is None:
+            return []
+        notes = run.notes()
+        if not self._payloads():
+            notes = [{**note, "data": None} for note in notes]
+        return NoteSerializer(notes, many=True).data
 
     @extend_schema_field(StepSerializer(many=True, allow_null=True))
     def get_journal(self, run):
@@ -225,6 +262,28 @@ class ScheduleSerializer(serializers.Serializer):
     @extend_schema_field(OpenApiTypes.STR)
     def get_description(self, schedule) -> str:
         return describe_cron(schedule.cron) if schedule.cron else humanize_interval(schedule.interval)
+
+
+class DefinitionSerializer(serializers.Serializer):
+    """A registered workflow or durable task (durable.workflows())."""
+
+    name = serializers.CharField()
+    kind = serializers.CharField(help_text="workflow, or task: a django.tasks task.")
+    description = serializers.CharField(allow_blank=True, help_text="The function's docstring.")
+    function = serializers.CharField(help_text="module.qualified_name")
+    queue = serializers.CharField()
+    priority = serializers.IntegerField()
+    max_attempts = serializers.IntegerField(help_text="Attempts of the whole run.")
+    timeout = serializers.FloatField(allow_null=True, help_text="The run's deadline, in seconds after it starts.")
+    retry = serializers.DictField(help_text="The steps' retry policy.")
+    compensate_on_failure = serializers.BooleanField()
+    compensate_on_cancel = serializers.BooleanField()
+    schedule = serializers.JSONField(allow_null=True, help_text="The declared schedule: a cron string or options.")
+    input = serializers.ListField(child=serializers.DictField(), help_text="The parameters a run's input fills.")
+    input_schema = serializers.DictField(allow_null=True, help_text="JSON Schema of the input its `input` "
+                                                                    "serializer accepts, or null when it declares none.")
+    shape = serializers.ListField(child=serializers.DictField(), required=False,
+                                  help_text="durable.describe()'s shape: steps, waits, switches, fan-outs, children.")
 
 
 class ErrorBodySerializer(serializers.Serializer):

@@ -8,6 +8,7 @@ from . import errors, views
 app_name = "durable-api"
 
 router = SimpleRouter()
+router.register("workflows/definitions", views.DefinitionViewSet, basename="definition")
 router.register("workflows", views.WorkflowRunViewSet, basename="run")
 router.register("schedules", views.ScheduleViewSet, basename="schedule")
 

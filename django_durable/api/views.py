@@ -29,6 +29,7 @@ from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
 from .serializers import (
+    DefinitionSerializer,
     ErrorBodySerializer,
     EventSentSerializer,
     EventSerializer,
@@ -42,7 +43,7 @@ from .serializers import (
 
 UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 ERRORS = {code: OpenApiResponse(ErrorBodySerializer, description=text) for code, text in {
-    400: "invalid input (error.code: invalid, invalid_json, unknown_field, unknown_workflow, invalid_arguments, invalid_payload)",
+    400: "invalid input (error.code: invalid, invalid_json, unknown_field, unknown_workflow, invalid_arguments, invalid_input, invalid_payload)",
     401: "not authenticated", 403: "not permitted", 404: "no such run, or one this user may not see",
     409: "the run's state refuses it (run_finished, invalid_transition)", 413: "payload too large",
     429: "throttled",
@@ -156,6 +157,8 @@ LIST_FILTERS = [
     OpenApiParameter("queue", OpenApiTypes.STR),
     OpenApiParameter("kind", OpenApiTypes.STR, enum=["workflow", "task"],
                      description="Workflows, or django.tasks tasks (django_durable.tasks.DurableBackend)."),
+    OpenApiParameter("waiting_for", OpenApiTypes.STR, enum=list(WorkflowRun.WAITING_FOR),
+                     description="Unfinished runs in this kind of wait."),
     OpenApiParameter("created_after", OpenApiTypes.DATETIME),
     OpenApiParameter("created_before", OpenApiTypes.DATETIME),
 ]
@@ -199,6 +202,11 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
                 runs = runs.of_kind(params["kind"])
             except ValueError as exc:
                 raise exceptions.ValidationError({"kind": [str(exc)]}) from None
+        if params.get("waiting_for"):
+            try:
+                runs = runs.waiting_for(params["waiting_for"])
+            except ValueError as exc:
+                raise exceptions.ValidationError({"waiting_for": [str(exc)]}) from None
         for name, lookup in (("created_after", "created_at__gte"), ("created_before", "created_at__lt")):
             if params.get(name):
                 when = _datetime(params[name], name)
@@ -278,8 +286,35 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         return self.represent(services.retry_run(run.pk, by=self.by()), status.HTTP_202_ACCEPTED)
 
 
+class DefinitionViewSet(DurableView, viewsets.ViewSet):
+    """The registered workflows and durable tasks, with their shapes (durable.workflows())."""
+
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]{1,200}"
+    required_permissions = {"list": "view_workflowrun", "retrieve": "view_workflowrun"}
+
+    @document(responses={200: DefinitionSerializer(many=True), **errors_for()})
+    def list(self, request):
+        """Every registered workflow and durable task, by name."""
+        from ..catalog import workflows
+
+        return Response(DefinitionSerializer(workflows(), many=True).data)
+
+    @document(responses={200: DefinitionSerializer, **errors_for(404)})
+    def retrieve(self, request, name=None):
+        """One registered workflow or durable task."""
+        from .. import registry
+        from ..catalog import definition_data
+
+        definition = registry.find(name)
+        if definition is None:
+            raise exceptions.NotFound(f"No workflow is registered under the name {name[:80]!r}.")
+        return Response(DefinitionSerializer(definition_data(definition)).data)
+
+
 class EventView(DurableView, APIView):
-    """Events: delivered to the runs waiting for them now (ctx.wait_for_event)."""
+    """Events: delivered to the runs waiting for them now, and kept for those that begin to wait
+    later (DURABLE_EVENT_RETENTION; ctx.wait_for_event)."""
 
     action = "emit"
     required_permissions = {"emit": "signal_workflowrun"}
@@ -359,8 +394,37 @@ class SchemaView(DurableView, SpectacularAPIView):
             },
             "DESCRIPTION": "Durable workflow runs: start, status, cancel, signals, events, results, schedules. "
                            "Errors are {\"error\": {\"code\", \"message\"}} with stable codes.",
+            "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                                     "django_durable.api.views.workflow_inputs"],
         }
         return super().get(request, *args, **kwargs)
+
+
+def workflow_inputs(result, generator, request, public):
+    """The input each workflow declares (``input=`` a serializer), as a component of the schema,
+    which a start's `kwargs` may take."""
+    import re
+
+    from .. import registry
+    from ..catalog import input_schema
+
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    refs = []
+    for definition in registry.definitions():
+        schema = input_schema(definition)
+        if schema is None:
+            continue
+        component = "WorkflowInput." + re.sub(r"[^A-Za-z0-9._-]", "_", definition.name)
+        schemas[component] = {**schema, "description": f"The kwargs of a run of {definition.name}."}
+        refs.append({"$ref": f"#/components/schemas/{component}"})
+    start = schemas.get("StartRequest") or schemas.get("Start")
+    if refs and start is not None and "kwargs" in start.get("properties", {}):
+        start["properties"]["kwargs"] = {
+            "anyOf": [*refs, {"type": "object", "additionalProperties": {}}],
+            "description": "The workflow's keyword arguments: for a workflow that declares its input, "
+                           "its WorkflowInput component.",
+        }
+    return result
 
 
 def _valid(serializer_class, request) -> dict:

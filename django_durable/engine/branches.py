@@ -84,7 +84,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         faults.hit("before_step_call", claim.step_key)
     try:
         with Alarm(session)(deadline, claim.step_key, cancellable=spec.get("cancellable", True)), \
-                current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt, claim):
+                current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt, claim,
+                             _earlier(claim) if attempt > 1 else None):
             value = fn(*spec.get("args", []), **spec.get("kwargs", {}))
         if faults.active:
             faults.hit("after_step_return", claim.step_key)

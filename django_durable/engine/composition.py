@@ -27,6 +27,18 @@ class StepInfo:
     attempt: int
 
     @property
+    def previous_error(self) -> dict | None:
+        """The error of this step's attempt before this one, {"type", "message", "attempt"}, or None
+        on a first attempt: a retry may act on why the last one failed."""
+        previous = _previous.get() if _current.get() is self else None
+        if not previous:
+            return None
+        error = serialization.decode(previous)
+        if not isinstance(error, dict):
+            return None
+        return {"type": error.get("type", ""), "message": error.get("message", ""), "attempt": error.get("attempt")}
+
+    @property
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel the run: a long step may stop early (raise durable.Cancelled)."""
         claim = _claim.get()
@@ -35,6 +47,8 @@ class StepInfo:
 
 _current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("durable_step", default=None)
 _claim: contextvars.ContextVar[Any] = contextvars.ContextVar("durable_claim", default=None)
+# The error of the running step's attempt before this one (JSON text), for StepInfo.previous_error.
+_previous: contextvars.ContextVar[str | None] = contextvars.ContextVar("durable_previous_error", default=None)
 
 
 def get_current_step() -> StepInfo | None:
@@ -43,12 +57,14 @@ def get_current_step() -> StepInfo | None:
 
 
 @contextmanager
-def current_step(run_id, workflow: str, key: str, attempt: int, claim=None):
+def current_step(run_id, workflow: str, key: str, attempt: int, claim=None, previous: str | None = None):
     token = _current.set(StepInfo(run_id, workflow, key, attempt))
+    previous_token = _previous.set(previous)
     claim_token = _claim.set(claim)
     try:
         yield
     finally:
+        _previous.reset(previous_token)
         _claim.reset(claim_token)
         _current.reset(token)
 

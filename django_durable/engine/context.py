@@ -18,6 +18,7 @@ from ..exceptions import Cancelled, NonDeterminismError, SignalTimeout, StepFail
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
 from .composition import Composition, current_step
+from .flow import Flow
 from .waits import Waits, _as_datetime
 from ..journal import StepRecord
 
@@ -26,7 +27,7 @@ logger = logging.getLogger("django_durable.worker")
 FINAL = ("completed", "failed")
 
 
-class Context(Waits, Composition):
+class Context(Waits, Composition, Flow):
     """What a workflow function gets as its first argument.
 
     Every call that has an effect outside the workflow function goes through the context, so
@@ -76,11 +77,11 @@ class Context(Waits, Composition):
             self._compensations.append((key, compensate, value))
         return value
 
-    def _step(self, key, fn, args, kwargs, *, atomic, retry, timeout, kind, cancellable=True):
+    def _step(self, key, fn, args, kwargs, *, atomic, retry, timeout, kind, cancellable=True, name=None):
         self._claim_key(key)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
-        name = _function_name(fn)
+        name = name or _function_name(fn)
         policy = retry or self._retry
         seconds = _timeout_seconds(timeout)
         attempt, deadline = 1, None
@@ -136,7 +137,8 @@ class Context(Waits, Composition):
     def _covered(self, deadline, key, attempt, cancellable):
         """The step's own code runs here: under its alarm, with durable.current_step() set."""
         with self._session.alarm(deadline, key, cancellable=cancellable), \
-                current_step(self.run_id, self.workflow, key, attempt, self._session.claim):
+                current_step(self.run_id, self.workflow, key, attempt, self._session.claim,
+                             self._earlier_error(key) if attempt > 1 else None):
             yield
 
     def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):
@@ -281,6 +283,7 @@ class Context(Waits, Composition):
         count = self._counters.get(what, 0)
         self._counters[what] = count + 1
         key = f"{what}:{count}"
+        self._used.add(key)  # reached (patched() tells history still ahead from history behind)
         entry = self._journal.get(key)
         if entry is not None:
             self._check_same(key, entry, "note", what)

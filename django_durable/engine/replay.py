@@ -56,6 +56,7 @@ class Session:
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
         self.then: Callable[[], workpool.ClaimRequest | None] = lambda: None
         self.rolling_back = False  # compensations run even after a cancel request
+        self.event_waits: dict[str, tuple] = {}  # event waits this advance began: key -> (name, match, since)
         self._children = {str(c.id): (c.status, c.result, c.error) for c in (claim.run.children if claim.run else [])}
 
     def start_child(self, child_id, definition, args, kwargs, detached: bool = False) -> None:
@@ -86,6 +87,33 @@ class Session:
                 del self.messages[index]
                 return message.id, message.payload
         return None
+
+    def take_stored_event(self, key: str, name: str, match: str, since) -> tuple[int, str] | None:
+        """A kept event `name` emitted before the wait `key` began that fits its `match` (JSON),
+        delivered to the wait (services.messages.take_stored_event), or None."""
+        from ..services.messages import take_stored_event
+
+        try:
+            return take_stored_event(self.claim.run_id, key, name, serialization.decode(match) or {}, since,
+                                     self.db)
+        except DatabaseError as exc:
+            raise DatabaseUnavailable(str(exc)) from exc
+
+    def look_again_for_events(self) -> None:
+        """After this advance's new event waits committed: give each a kept event emitted while it
+        was being recorded (emit_event delivered it to no wait, not seeing this one yet), and wake
+        the run for it. Best effort: an error here leaves the wait waiting for the next event."""
+        from ..services.messages import take_stored_event
+
+        waits, self.event_waits = self.event_waits, {}
+        try:
+            for key, (name, match, since) in waits.items():
+                if take_stored_event(self.claim.run_id, key, name, serialization.decode(match) or {}, since,
+                                     self.db) is not None:
+                    workpool.wake([self.claim.run_id], db=self.db)
+        except DatabaseError as exc:
+            logger.warning("Run %s: could not look for events emitted while it began to wait (%s).",
+                           self.claim.run_id, exc)
 
     def now(self):
         """The database's clock, estimated without a round trip, never behind it (see Claim.db_now)."""
@@ -174,12 +202,27 @@ class Session:
     def _announce(self, records) -> None:
         for record in records:
             if record.kind != "step":
+                if record.kind in _TOLD:
+                    self._told(record)
                 continue
             if record.status == "completed":
                 signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id, key=record.key,
                              result=serialization.decode(record.result), attempts=record.attempts)
             elif record.status in ("failed", "retrying"):
                 self._step_failed(record.key, record.error, record.attempts, record.status == "retrying")
+
+    def _told(self, record) -> None:
+        """The signal of a note, a progress or an emitted event, once its entry has committed."""
+        told = serialization.decode(record.result) or {}
+        if record.kind == "log":
+            signals.send(signals.run_noted, self.workflow, run_id=self.claim.run_id, key=record.key,
+                         message=told.get("message", ""), data=told.get("data", {}))
+        elif record.kind == "progress":
+            signals.send(signals.run_progress, self.workflow, run_id=self.claim.run_id, done=told.get("done"),
+                         total=told.get("total"), message=told.get("message", ""))
+        elif record.status == "completed":  # emit
+            signals.send(signals.run_emitted, self.workflow, run_id=self.claim.run_id, name=record.name,
+                         payload=told.get("payload"), delivered=told.get("delivered", 0))
 
     def attempt_failed(self, key: str, error: str, attempt: int) -> None:
         """An attempt failed and is retried at once, without a back-off (nothing to commit)."""
@@ -188,6 +231,9 @@ class Session:
     def _step_failed(self, key, error, attempt, will_retry) -> None:
         signals.send(signals.step_failed, self.workflow, run_id=self.claim.run_id, key=key,
                      error=serialization.decode(error), attempt=attempt, will_retry=will_retry)
+
+
+_TOLD = frozenset({"log", "progress", "emit"})
 
 
 def _latest(records: list) -> list:
@@ -279,6 +325,8 @@ def _wait(claim, session, suspend) -> str:
                             records=records, timers=suspend.timers, items=suspend.items, then=session.then()):
         return "lost"
     session.committed(records)
+    if session.event_waits:
+        session.look_again_for_events()
     return "waiting"
 
 

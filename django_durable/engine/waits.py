@@ -41,19 +41,23 @@ class Waits:
         return self._wait(key, "signal", name, timeout=_timeout(timeout))
 
     def wait_for_event(self, name: str, match: dict | None = None, timeout: float | dt.timedelta | None = None,
-                       *, key: str | None = None) -> Any:
-        """Return the payload of the next event `name` whose fields equal `match`, waiting for one.
+                       *, key: str | None = None, since: dt.datetime | None = None) -> Any:
+        """Return the payload of an event `name` whose fields equal `match`, waiting for one.
 
         `match` maps field names (dotted paths into the payload, like ``"order.id"``) to values.
-        Unlike signals, events are not kept for runs that are not waiting yet: an event emitted
-        before this wait began is not seen. Raise SignalTimeout if `timeout` passes first.
+        An event emitted before this wait began counts too, if it was emitted at or after `since`
+        (an aware datetime; by default when the run was created) and is still kept
+        (DURABLE_EVENT_RETENTION): the oldest such event this run has not taken yet is returned
+        at once. Each event is taken once per run. Raise SignalTimeout if `timeout` passes first.
         """
         _check_name(name, "event")
         if match is not None and not (isinstance(match, dict) and all(isinstance(k, str) for k in match)):
             raise ValueError(f"match must be a dict of field names to values, not {match!r}.")
+        if since is not None and (not isinstance(since, dt.datetime) or timezone.is_naive(since)):
+            raise ValueError(f"since must be an aware datetime, not {since!r}.")
         key = key or self._auto_key("event", name)
         match_text = serialization.encode(match or {}, what="event match")
-        return self._wait(key, "event", name, timeout=_timeout(timeout), match=match_text)
+        return self._wait(key, "event", name, timeout=_timeout(timeout), match=match_text, since=since)
 
     @property
     def cancel_requested(self) -> bool:
@@ -68,7 +72,7 @@ class Waits:
         self._counters[counter] = count + 1
         return f"{kind}:{name}:{count}"
 
-    def _wait(self, key, kind, name, *, until=None, timeout=None, match=None) -> Any:
+    def _wait(self, key, kind, name, *, until=None, timeout=None, match=None, since=None) -> Any:
         self._claim_key(key)
         entry = self._journal.get(key)
         if entry is not None:
@@ -86,6 +90,10 @@ class Waits:
             # First come wins, by the database's clock: a message stored after the deadline
             # loses to the timeout even if no worker looked in between.
             message = self._session.take_message(kind, name, key, before=deadline)
+            if message is None and kind == "event" and entry is None:
+                # Emitted before this wait began: a kept event counts (the first time only; later,
+                # one emitted meanwhile is delivered to the wait like any event).
+                message = self._session.take_stored_event(key, name, match, since)
             if message is not None:
                 message_id, payload = message
                 # The consumption is written with this entry, in one statement: never twice, never lost.
@@ -105,6 +113,8 @@ class Waits:
         timers = []
         if entry is None:
             self._record(key, name, "waiting", None, None, now, 1, kind=kind, deadline=deadline, match=match)
+            if kind == "event":
+                self._session.event_waits[key] = (name, match, since)
             if deadline is not None:
                 timers.append(("sleep" if kind == "sleep" else "signal_timeout", key, deadline))
         raise Suspend(_waiting_on(kind, name, deadline, match), timers=timers)

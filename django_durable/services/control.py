@@ -1,4 +1,4 @@
-"""Operator actions on a run's life: cancel, force fail, retry, retry the rollback, wake, duplicate.
+"""Operator actions on a run's life: cancel, force fail, retry, retry the rollback, wake, recover, duplicate.
 
 Each takes the run's locks in the workers' order (item, then run), checks the run's state,
 changes it in one transaction with an entry in the run's audit trail, and raises a
@@ -235,6 +235,41 @@ def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
         audit.record(pk, EventType.WOKEN, by=by, data={"timers": [f"{kind} {key}".strip() for _, kind, key in rows]},
                      db=db)
     return fired
+
+
+def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
+    """Give every unfinished run that nothing will advance its advance back; return their ids.
+
+    Those are the admin's stuck runs "nothing will advance it": no work item queued or claimed,
+    no pending timer, no wait for a signal or an event, no unfinished child (a database restored
+    from a backup, rows edited by hand, a bug). Each gets its advance item back, ready now, and an
+    entry in its audit trail; its next worker replays it from the journal. With `run_ids`, only
+    those of them. A run whose worker's lease expired needs nothing: the reaper takes it back.
+    """
+    db = conf.get("DATABASE")
+    candidates = WorkflowRun.objects.using(db).stuck(lease_expired=False)
+    if run_ids is not None:
+        candidates = candidates.filter(pk__in=[_run_pk(run_id) for run_id in run_ids])
+    recovered = []
+    for pk in list(candidates.values_list("pk", flat=True)):
+        with transaction.atomic(using=db):
+            try:
+                run = lock_unfinished(pk, db)
+            except RunFinished:
+                continue
+            if not WorkflowRun.objects.using(db).filter(pk=pk).stuck(lease_expired=False).exists():
+                continue  # something advanced it meanwhile
+            advance = WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
+            if not advance.requeue(step_key=""):
+                WorkItem.objects.using(db).create(
+                    kind=WorkItem.Kind.ADVANCE, run_id=pk, queue=run.queue, priority=run.priority,
+                    concurrency_key=run.concurrency_key, status=WorkItem.Status.PENDING, available_at=clock.db_now())
+            WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending()
+            audit.record(pk, EventType.RECOVERED, by=by, message="Nothing would advance it; its advance was given back.",
+                         db=db)
+            workpool.notify(db)
+            recovered.append(pk)
+    return recovered
 
 
 def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:

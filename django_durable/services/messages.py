@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import DurationField, Exists, OuterRef, Q, Subquery, Value
 
 from .. import clock, conf, serialization, workpool
 
-from ..models import SignalMessage, Step, WorkflowRun
+from ..models import SignalMessage, Step, StoredEvent, WorkflowRun
 from .runs import _run_pk
 from .locks import lock_unfinished
 
@@ -55,13 +56,18 @@ def emit_event(name: str, payload: Any = None) -> int:
     """Deliver the event `name` to every run now waiting for it whose match fits; return how many.
 
     A wait matches when each of its `match` fields (a dotted path into the payload) equals the
-    payload's value. Runs that are not waiting yet never see this event.
+    payload's value. The event is also kept for DURABLE_EVENT_RETENTION: a run that begins to
+    wait for it later (since its `since`, by default since the run was created) takes it then.
     """
     _check_name(name, "event")
     text = serialization.encode(payload, what="event payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     value = serialization.decode(text)  # compare as the waiting run would see it
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
+        stored = None
+        if _event_retention() > 0:
+            stored = StoredEvent(name=name, payload=text, **_stamp())
+            stored.save(using=db)
         waits = (
             Step.objects.using(db)
             .filter(kind=Step.Kind.EVENT, status=Step.Status.WAITING, name=name)
@@ -73,13 +79,50 @@ def emit_event(name: str, payload: Any = None) -> int:
         )
         targets = [(run_id, key) for run_id, key, match in waits if _matches(serialization.decode(match) or {}, value)]
         SignalMessage.objects.using(db).bulk_create(
-            SignalMessage(run_id=run_id, kind=SignalMessage.Kind.EVENT, name=name, payload=text, target_key=key,
-                          **_stamp())
-            for run_id, key in targets
+            (SignalMessage(run_id=run_id, kind=SignalMessage.Kind.EVENT, name=name, payload=text, target_key=key,
+                           event=stored, **_stamp())
+             for run_id, key in targets),
+            ignore_conflicts=True,  # a run that already took this event
         )
         if targets:
             workpool.wake([run_id for run_id, _ in targets], db=db)
     return len(targets)
+
+
+def take_stored_event(run_id, key: str, name: str, match: dict, since, db: str) -> tuple[int, str] | None:
+    """Give the wait `key` of run `run_id` the oldest kept event `name` emitted at or after `since`
+    (None: when the run was created) whose fields fit `match`, that this run has not taken yet.
+
+    Return (the message now delivered to the wait, its payload), or None. The delivery is a
+    message to the run like any event's, so the wait consumes it with its journal entry; a run
+    takes each event once (durable_signal_one_event_per_run), however it reaches it.
+    """
+    if _event_retention() <= 0:
+        return None
+    kept = clock.db_now() - Value(dt.timedelta(seconds=_event_retention()), output_field=DurationField())
+    events = StoredEvent.objects.using(db).filter(name=name, created_at__gte=kept).exclude(
+        Exists(SignalMessage.objects.using(db).filter(run_id=run_id, event=OuterRef("pk"))))
+    if since is None:
+        events = events.filter(created_at__gte=Subquery(WorkflowRun.objects.using(db).filter(pk=run_id)
+                                                        .values("created_at")[:1]))
+    else:
+        events = events.filter(created_at__gte=since)
+    for event_id, text in events.order_by("id").values_list("id", "payload").iterator(chunk_size=100):
+        if not _matches(match, serialization.decode(text)):
+            continue
+        SignalMessage.objects.using(db).bulk_create(
+            [SignalMessage(run_id=run_id, kind=SignalMessage.Kind.EVENT, name=name, payload=text, target_key=key,
+                           event_id=event_id, **_stamp())],
+            ignore_conflicts=True)
+        delivered = SignalMessage.objects.using(db).filter(run_id=run_id, event_id=event_id).first()
+        # Delivered to another wait of this run meanwhile (by emit_event): that wait takes it.
+        if delivered is not None and delivered.target_key == key and delivered.consumed_at is None:
+            return delivered.pk, text
+    return None
+
+
+def _event_retention() -> float:
+    return clock.seconds(conf.get("EVENT_RETENTION"), "DURABLE_EVENT_RETENTION")
 
 
 def _stamp() -> dict:

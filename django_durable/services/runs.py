@@ -161,7 +161,7 @@ def _wait(pk, db, deadline, timeout, *, look, pause, first) -> Any:
             raise WorkflowFailed(pk, status, serialization.decode(error))
         if deadline is not None and time.monotonic() >= deadline:
             raise WaitTimeout(f"Workflow run {pk} did not finish within {timeout} seconds; it is {status}."
-                              + _no_worker_hint(queue, db))
+                              + _no_worker_hint(queue, db), run_id=pk)
         pause(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 1.5, LONGEST_PAUSE)
 
@@ -239,10 +239,19 @@ def _no_worker_hint(run_queue: str, db: str) -> str:
     return f" No live worker serves its queue {run_queue!r}: start one with `durable_worker --queues {run_queue}`."
 
 
-def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
-    """Start a run (as start()) and return its result (as wait())."""
+def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | None = None, return_run: bool = False,
+                   **kwargs: Any) -> Any:
+    """Start a run (as start()) and return its result (as wait()).
+
+    With ``return_run=True``, return the finished WorkflowRun instead (its id, times and
+    ``get_result()``). Either way the exceptions name the run: WorkflowFailed and WaitTimeout
+    carry its ``run_id``.
+    """
     run = start(workflow, *args, **kwargs)
-    return wait(run.pk, timeout=timeout)
+    result = wait(run.pk, timeout=timeout)
+    if not return_run:
+        return result
+    return WorkflowRun.objects.using(conf.get("DATABASE")).get(pk=run.pk)
 
 
 SHORT_ID = re.compile(r"^[0-9a-fA-F]{6,31}$")

@@ -25,7 +25,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     derived from its parent, so starting it again changes nothing. A run with `run_at` waits
     for a timer to start it.
     """
-    definition.check_arguments(args, kwargs)
+    args, kwargs = definition.validated(args, kwargs)
     text = serialization.encode(
         {"args": list(args), "kwargs": kwargs}, what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
     )
@@ -119,7 +119,7 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
             raise TypeError(f"start_many() takes, for each run, a dict of keyword arguments or a list of "
                             f"positional ones; calls[{position}] is a {type(call).__name__}.")
         try:
-            definition.check_arguments(args, kwargs)
+            args, kwargs = definition.validated(args, kwargs)
             inputs.append(serialization.encode({"args": args, "kwargs": kwargs}, what="input", max_bytes=max_bytes))
         except (TypeError, ValueError) as exc:
             exc.args = (f"start_many() calls[{position}]: {exc}", *exc.args[1:])

@@ -710,3 +710,17 @@ def always_failing(ctx, backoff):
     policy = durable.RetryPolicy(max_attempts=1000, initial_backoff=backoff, backoff_coefficient=1, jitter=0)
     return ctx.step("call", always_fails, ctx.run_id, retry=policy)
 
+
+
+@durable.workflow("tests.ships_and_tells")
+def ships_and_tells(ctx, order_id):
+    """Ships an order, then emits order.shipped (to the runs waiting for it and as a Django signal)."""
+    ctx.step("ship", mark, ctx.run_id, "ship")
+    delivered = ctx.emit("order.shipped", {"order": order_id})
+    ctx.step("after", mark, ctx.run_id, "after")
+    return delivered
+
+
+@durable.workflow("tests.awaits_shipping")
+def awaits_shipping(ctx, order_id):
+    return ctx.wait_for_event("order.shipped", match={"order": order_id}, timeout=600)

@@ -34,7 +34,7 @@ from django_durable.exceptions import (
     WorkflowNotFound,
 )
 from django_durable.humanize import duration, relative, short_id
-from django_durable.models import Schedule, WorkflowRun
+from django_durable.models import Schedule, StoredEvent, WorkflowRun
 
 REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -88,6 +88,9 @@ class Command(BaseCommand):
         sched.add_argument("slug", nargs="?")
         sched.add_argument("--json", action="store_true")
 
+        recover = commands.add_parser("recover", help="give runs that nothing will advance their advance back")
+        recover.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="only these (default: every stuck run)")
+        recover.add_argument("--dry-run", action="store_true", help="list them, change nothing")
         prune = commands.add_parser("prune", help="delete finished runs older than the retention period")
         prune.add_argument("--older-than", metavar="AGE",
                            help="e.g. 30d, 12h, 90m or seconds; default DURABLE_RETENTION")
@@ -96,6 +99,9 @@ class Command(BaseCommand):
 
         summary = commands.add_parser("stats", help="counts, queue lag, throughput")
         summary.add_argument("--json", action="store_true")
+
+        listed = commands.add_parser("workflows", help="the registered workflows and tasks, with their shapes")
+        listed.add_argument("--json", action="store_true")
 
     def handle(self, *args, command, **options):
         self.by = f"cli:{_login()}"
@@ -196,6 +202,22 @@ class Command(BaseCommand):
             upcoming = s.next_fire_at.isoformat() if s.next_fire_at else "-"
             self.stdout.write(f"{s.slug:<30} {s.status:<7} {timing:<20} {s.timezone:<16} next {upcoming}  {s.workflow}")
 
+    def do_recover(self, *, run_ids, dry_run, **_):
+        ids = [services.resolve_run_id(run_id) for run_id in run_ids] or None
+        if dry_run:
+            stuck = WorkflowRun.objects.using(conf.get("DATABASE")).stuck(lease_expired=False)
+            if ids is not None:
+                stuck = stuck.filter(pk__in=ids)
+            rows = list(stuck.values_list("pk", "workflow", "status"))
+            for pk, workflow, status in rows:
+                self.stdout.write(f"{pk}  {status:<8} {workflow}")
+            self.stdout.write(f"{len(rows)} run(s) that nothing will advance would get their advance back.")
+            return
+        recovered = services.recover(ids, by=self.by)
+        for pk in recovered:
+            self.stdout.write(str(pk))
+        self.stdout.write(f"gave {len(recovered)} run(s) their advance back.")
+
     def do_prune(self, *, older_than, batch, dry_run, **_):
         age = _age(older_than) if older_than else _retention()
         cutoff = dt.datetime.now(dt.timezone.utc) - age
@@ -214,6 +236,27 @@ class Command(BaseCommand):
             _, by_model = WorkflowRun.objects.using(db).filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
             deleted += by_model.get(WorkflowRun._meta.label, 0)  # not one retried meanwhile
         self.stdout.write(f"deleted {deleted} finished run(s) older than {duration(age.total_seconds())}.")
+        kept = dt.timedelta(seconds=clock.seconds(conf.get("EVENT_RETENTION"), "DURABLE_EVENT_RETENTION"))
+        events = StoredEvent.objects.using(db).filter(created_at__lt=dt.datetime.now(dt.timezone.utc) - kept)
+        gone = 0
+        while ids := list(events.order_by("id").values_list("pk", flat=True)[: max(1, batch)]):
+            gone += StoredEvent.objects.using(db).filter(pk__in=ids).delete()[1].get(StoredEvent._meta.label, 0)
+        if gone:
+            self.stdout.write(f"deleted {gone} emitted event(s) kept longer than {duration(kept.total_seconds())}.")
+
+    def do_workflows(self, *, json, **_):
+        from django_durable.catalog import workflows
+
+        data = workflows()
+        if json:
+            self._json_out(data)
+            return
+        for definition in data:
+            summary = (definition["description"].splitlines() or [""])[0]
+            self.stdout.write(f"{definition['name']}  ({definition['kind']}, queue {definition['queue']})"
+                              + (f"  {summary}" if summary else ""))
+            for line in shape_lines(definition.get("shape", []), "    "):
+                self.stdout.write(line)
 
     def do_stats(self, *, json, **_):
         data = stats.summary()
@@ -260,6 +303,35 @@ class Command(BaseCommand):
 
     def _json_out(self, data) -> None:
         self.stdout.write(json.dumps(data, indent=2, default=str))
+
+
+def shape_lines(nodes: list[dict], indent: str) -> list[str]:
+    """A workflow's shape (durable.describe()) as indented lines of text."""
+    lines = []
+    for node in nodes:
+        kind = node["type"]
+        if kind == "step":
+            lines.append(f"{indent}step {node['key']}: {node['function']}"
+                         + (f" (compensated by {node['compensate']})" if node.get("compensate") else ""))
+        elif kind in ("signal", "event", "emit"):
+            lines.append(f"{indent}{'emit' if kind == 'emit' else 'wait for ' + kind} {node['name']}")
+        elif kind == "switch":
+            lines.append(f"{indent}switch {node['key']}:")
+            for branch in node["branches"]:
+                lines.append(f"{indent}  branch {branch['id']}:")
+                lines.extend(shape_lines(branch["shape"], indent + "    "))
+        elif kind == "map":
+            lines.append(f"{indent}for each item, in parallel ({node['key']}): {node['function']}")
+        elif kind == "parallel":
+            lines.append(f"{indent}in parallel ({node['key']}): "
+                         + ", ".join(branch["key"] for branch in node["branches"]))
+        elif kind == "child":
+            lines.append(f"{indent}child {node['key']}: {node['workflow']}")
+        elif kind == "stop":
+            lines.append(f"{indent}… (the shape stops here: {node['reason']})")
+        else:
+            lines.append(f"{indent}{kind} {node.get('key', '')}".rstrip())
+    return lines
 
 
 def _run_data(run: WorkflowRun, *, steps: bool) -> dict:

@@ -1,0 +1,37 @@
+"""The registered workflows and tasks (durable.workflows()): a list, and each one's page with its shape."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import Http404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from .. import registry
+from ..catalog import definition_data, workflows
+from ..models import Definition
+from .base import PageAdmin
+
+
+@admin.register(Definition)
+class DefinitionAdmin(PageAdmin):
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return self.page_urls(path("<path:workflow>/", self.admin_site.admin_view(self.definition_view),
+                                   name=f"{name}_detail"))
+
+    def changelist_view(self, request, extra_context=None):
+        self.check_view(request)
+        return TemplateResponse(request, "admin/django_durable/definitions.html", self.page_context(
+            request, "Registered workflows and tasks", definitions=workflows(shapes=False), runs_url=self._runs_url()))
+
+    def definition_view(self, request, workflow):
+        self.check_view(request)
+        definition = registry.find(workflow)
+        if definition is None:
+            raise Http404(f"No workflow is registered under the name {workflow!r}.")
+        return TemplateResponse(request, "admin/django_durable/definition.html", self.page_context(
+            request, definition.name, definition=definition_data(definition), runs_url=self._runs_url()))
+
+    def _runs_url(self) -> str:
+        return reverse(f"{self.admin_site.name}:django_durable_workflowrun_changelist")

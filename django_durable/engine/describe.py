@@ -1,0 +1,271 @@
+"""durable.describe(): the static shape of a workflow, found by running its code against a recorder.
+
+The workflow function runs once with a context that records each call (a step, a sleep, a wait,
+a switch, a fan-out, a child, an emitted event) and runs nothing: no step function, no branch
+function, no child. What the code would get back (a step's result, a signal's payload, the
+workflow's own arguments) is an `Unknown` stand-in, which code can index, call, compare and
+iterate. So the shape is what the code does for "some" data:
+
+- a loop over data runs once (an Unknown iterates as one item), and a key built from data shows
+  ``*`` where the data would be (``copy:*``): read it as "for each item";
+- an ``if`` on data takes its true side; ``ctx.switch()`` records every branch (each is explored);
+- code that fails on a stand-in (``int(result) + 1`` works, ``datetime.fromisoformat(result)``
+  does not) ends the shape there with a ``stop`` node saying why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import uuid
+
+from .. import registry
+from .composition import Call
+
+
+class Unknown:
+    """A value the describing run cannot know (a step's result, an input): every use gives another."""
+
+    def __init__(self, origin: str = "data"):
+        self._origin = origin
+
+    def __repr__(self) -> str:
+        return f"<{self._origin}>"
+
+    def __str__(self) -> str:
+        return "*"
+
+    def __format__(self, spec: str) -> str:
+        return "*"
+
+    def __getattr__(self, name: str) -> Unknown:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Unknown(self._origin)
+
+    def __getitem__(self, key) -> Unknown:
+        return Unknown(self._origin)
+
+    def __call__(self, *args, **kwargs) -> Unknown:
+        return Unknown(self._origin)
+
+    def __iter__(self):
+        yield Unknown(self._origin)  # a loop over data runs once
+
+    def __len__(self) -> int:
+        return 1
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, item) -> bool:
+        return True
+
+    def __int__(self) -> int:
+        return 1
+
+    def __float__(self) -> float:
+        return 1.0
+
+    def __index__(self) -> int:
+        return 1
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> bool:
+        return True
+
+    def __ne__(self, other) -> bool:
+        return True
+
+    def _same(self, *args) -> Unknown:
+        return Unknown(self._origin)
+
+    __lt__ = __le__ = __gt__ = __ge__ = _same
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _same
+    __neg__ = __pos__ = __abs__ = _same
+
+
+class Recorder:
+    """Stands in for Context while describe() runs a workflow function: records, runs nothing."""
+
+    def __init__(self, workflow: str):
+        self.workflow = workflow
+        self.run_id = uuid.UUID(int=0)
+        self.attempt = 1
+        self.nodes: list[dict] = []
+        self._counters: dict[str, int] = {}
+
+    # -- steps and recorded values ----------------------------------------------------------------
+
+    def step(self, key, fn, /, *args, atomic=False, retry=None, timeout=None, compensate=None, cancellable=True,
+             **kwargs):
+        node = {"type": "step", "key": str(key), "function": _name(fn)}
+        if atomic:
+            node["atomic"] = True
+        if retry is not None:
+            node["max_attempts"] = retry.max_attempts
+        if timeout is not None:
+            node["timeout"] = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else float(timeout)
+        if compensate is not None:
+            node["compensate"] = _name(compensate)
+        self.nodes.append(node)
+        return Unknown(f"result of {key}")
+
+    def now(self):
+        return Unknown("now")
+
+    def uuid(self):
+        return Unknown("uuid")
+
+    def random(self):
+        return Unknown("random")
+
+    @property
+    def cancel_requested(self) -> bool:
+        return False
+
+    # -- waits ------------------------------------------------------------------------------------
+
+    def sleep(self, key, duration):
+        self.nodes.append({"type": "sleep", "key": str(key)})
+
+    def sleep_until(self, key, when):
+        self.nodes.append({"type": "sleep", "key": str(key)})
+
+    def wait_for_signal(self, name, timeout=None, *, key=None):
+        self.nodes.append({"type": "signal", "name": str(name), **({"timeout": True} if timeout else {})})
+        return Unknown(f"signal {name}")
+
+    def wait_for_event(self, name, match=None, timeout=None, *, key=None, since=None):
+        node = {"type": "event", "name": str(name)}
+        if match:
+            node["match"] = sorted(str(field) for field in match)
+        self.nodes.append(node)
+        return Unknown(f"event {name}")
+
+    # -- branching and telling ----------------------------------------------------------------------
+
+    def switch(self, key, value, branches, default=None):
+        explored = []
+        choices = [(branch, pair[1]) for branch, pair in dict(branches).items()]
+        if default is not None:
+            choices.append(("default", default) if callable(default) else (default[0], default[1]))
+        for branch, run in choices:
+            explored.append({"id": str(branch), "shape": self._nested(lambda run=run: run(value))})
+        self.nodes.append({"type": "switch", "key": str(key), "branches": explored})
+        return Unknown(f"switch {key}")
+
+    def patched(self, change_id):
+        return True  # the shape of the code as it is now
+
+    def note(self, message, **data):
+        pass  # a note is not part of the shape
+
+    def set_progress(self, done, total=None, message=""):
+        pass
+
+    def emit(self, name, payload=None):
+        self.nodes.append({"type": "emit", "name": str(name)})
+        return Unknown(f"emit {name}")
+
+    # -- composition ------------------------------------------------------------------------------
+
+    def call(self, key, fn, /, *args, retry=None, timeout=None, cancellable=True, **kwargs):
+        return Call(str(key), fn, args, kwargs, retry, None, cancellable)
+
+    def map(self, key, fn, items, *, retry=None, timeout=None, return_exceptions=False, cancellable=True):
+        # How many branches: known at run time only (a describing run sees one item of any data).
+        self.nodes.append({"type": "map", "key": str(key), "function": _name(fn)})
+        return [Unknown(f"branch of {key}")]
+
+    def parallel(self, calls, *, key=None, return_exceptions=False):
+        calls = list(calls)
+        self.nodes.append({"type": "parallel", "key": str(key or "parallel"),
+                           "branches": [{"key": c.key, "function": _name(c.fn)} for c in calls if isinstance(c, Call)]})
+        return [Unknown(f"branch {c.key}") for c in calls if isinstance(c, Call)]
+
+    def start_child(self, key, workflow, /, *args, detached=False, **kwargs):
+        definition = getattr(workflow, "durable_workflow", None) if callable(workflow) else registry.find(workflow)
+        name = definition.name if definition is not None else (workflow if isinstance(workflow, str) else _name(workflow))
+        node = {"type": "child", "key": str(key), "workflow": name}
+        if detached:
+            node["detached"] = True
+        self.nodes.append(node)
+        return _Handle(key)
+
+    def child(self, key, workflow, /, *args, **kwargs):
+        self.start_child(key, workflow, *args, **kwargs)
+        return Unknown(f"child {key}")
+
+    def rollback(self):
+        self.nodes.append({"type": "rollback"})
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def _nested(self, run) -> list[dict]:
+        outer, self.nodes = self.nodes, []
+        try:
+            _run(self, run)
+            return self.nodes
+        finally:
+            self.nodes = outer
+
+
+class _Handle:
+    def __init__(self, key):
+        self.key = key
+
+    def result(self):
+        return Unknown(f"child {self.key}")
+
+
+def _run(recorder: Recorder, call) -> None:
+    """Run `call`, ending the shape with a `stop` node where the code fails on a stand-in."""
+    try:
+        call()
+    except Exception as exc:  # the code could not go on with "some" data: say where and why
+        recorder.nodes.append({"type": "stop", "reason": f"{type(exc).__name__}: {exc}"[:300]})
+
+
+def describe(workflow) -> dict:
+    """The static shape of a registered workflow (a name or the function), as JSON-ready data.
+
+    ``{"workflow", "description", "shape": [nodes in order]}``; each node has a ``type`` (step,
+    sleep, signal, event, switch, map, parallel, child, emit, rollback, stop) and what is known
+    of it. No step, branch or child runs: see this module's docstring for what a shape can and
+    cannot show.
+    """
+    definition = registry.get(workflow)
+    recorder = Recorder(definition.name)
+    fn = getattr(definition.fn, "__wrapped__", definition.fn)
+    arguments = _stand_ins(fn)
+    _run(recorder, lambda: fn(recorder, *arguments["args"], **arguments["kwargs"]))
+    return {"workflow": definition.name, "kind": definition.kind,
+            "description": inspect.getdoc(definition.fn) or "", "shape": recorder.nodes}
+
+
+def _stand_ins(fn) -> dict:
+    """An Unknown for each parameter after the context (none for *args and **kwargs)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {"args": [], "kwargs": {}}
+    args, kwargs = [], {}
+    for parameter in parameters:
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            args.append(Unknown(parameter.name))
+        elif parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            kwargs[parameter.name] = Unknown(parameter.name)
+    return {"args": args, "kwargs": kwargs}
+
+
+def _name(fn) -> str:
+    if isinstance(fn, Unknown):
+        return "*"
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return f"{module}.{name}" if module else name
+
