@@ -29,7 +29,7 @@ def definition_data(definition, *, shape: bool = True) -> dict:
     data = {
         "name": definition.name,
         "kind": definition.kind,
-        "description": inspect.getdoc(definition.fn) or "",
+        "description": inspect.getdoc(_function(definition)) or "",
         "function": definition.qualified_name,
         "queue": definition.queue,
         "priority": definition.priority,
@@ -45,6 +45,11 @@ def definition_data(definition, *, shape: bool = True) -> dict:
     if shape:
         data["shape"] = _shape(definition.name)
     return data
+
+
+def _function(definition):
+    """The function its author wrote: the workflow's, or a task's (not the call that wraps it)."""
+    return definition.fn.task.func if definition.kind == "task" else definition.fn
 
 
 @lru_cache(maxsize=1024)
@@ -65,11 +70,15 @@ def _parameters(definition) -> list[dict]:
     """The parameters a run's input fills (after the context): name, kind, default if any."""
     import inspect
 
-    signature = definition._signature
-    if signature is None:
+    function = _function(definition)
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
         return []
+    if definition.kind == "workflow" or getattr(getattr(definition.fn, "task", None), "takes_context", False):
+        parameters = parameters[1:]  # the context
     shown = []
-    for parameter in list(signature.parameters.values())[1:]:
+    for parameter in parameters:
         entry = {"name": parameter.name, "kind": parameter.kind.name.lower()}
         if parameter.default is not parameter.empty:
             entry["default"] = repr(parameter.default)

@@ -126,3 +126,14 @@ def test_the_api_the_command_and_the_admin_show_definitions(admin_user, admin_cl
     detail = admin_client.get("/admin/django_durable/definition/tests.describe.order/").content.decode()
     assert "compensated by tests.test_describe.refund" in detail and "branch <code>premium</code>" in detail
     assert admin_client.get("/admin/django_durable/definition/no.such/").status_code == 404
+
+
+def test_a_tasks_definition_is_its_function():
+    from django_durable import registry
+
+    name = next(d.name for d in registry.definitions() if d.kind == "task" and d.name.endswith(".meaning_of_life"))
+    described = durable.describe(name)
+    assert described["kind"] == "task"
+    assert described["shape"] == [{"type": "call", "function": "tests.testapp.tasks.meaning_of_life"}]
+    listed = next(d for d in durable.workflows() if d["name"] == name)
+    assert listed["input"] == [] and listed["shape"] == described["shape"]

@@ -234,11 +234,15 @@ def describe(workflow) -> dict:
     """The static shape of a registered workflow (a name or the function), as JSON-ready data.
 
     ``{"workflow", "description", "shape": [nodes in order]}``; each node has a ``type`` (step,
-    sleep, signal, event, switch, map, parallel, child, emit, rollback, stop) and what is known
-    of it. No step, branch or child runs: see this module's docstring for what a shape can and
+    sleep, signal, event, switch, map, parallel, child, emit, rollback, stop; a task's one node
+    is a ``call``) and what is known of it. No step, branch or child runs: see this module's docstring for what a shape can and
     cannot show.
     """
     definition = registry.get(workflow)
+    if definition.kind == "task":  # one call of the task's function, retried as a whole
+        function = definition.fn.task.func
+        return {"workflow": definition.name, "kind": "task", "description": inspect.getdoc(function) or "",
+                "shape": [{"type": "call", "function": _name(function)}]}
     recorder = Recorder(definition.name)
     fn = getattr(definition.fn, "__wrapped__", definition.fn)
     arguments = _stand_ins(fn)

@@ -327,6 +327,8 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
                          + ", ".join(branch["key"] for branch in node["branches"]))
         elif kind == "child":
             lines.append(f"{indent}child {node['key']}: {node['workflow']}")
+        elif kind == "call":
+            lines.append(f"{indent}call {node['function']} (the task, retried as a whole)")
         elif kind == "stop":
             lines.append(f"{indent}… (the shape stops here: {node['reason']})")
         else:
