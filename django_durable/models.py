@@ -604,9 +604,10 @@ class Timer(models.Model):
 class SignalMessage(models.Model):
     """A signal sent to a run, or an event delivered to a run that waited for it.
 
-    Signals wait in FIFO order until the run consumes them; an event is delivered only to a run
-    already waiting for it (`target_key` names the wait). Consuming one is recorded in the same
-    statement as the journal entry that returns it, so none is consumed twice or lost.
+    Signals wait in FIFO order until the run consumes them; an event is delivered to one wait of
+    the run (`target_key` names it): one already waiting when it is emitted, or one that began
+    later and took the kept event (`event`). Consuming one is recorded in the same statement as
+    the journal entry that returns it, so none is consumed twice or lost.
     """
 
     class Kind(models.TextChoices):
