@@ -73,3 +73,12 @@ def clock(start: dt.datetime | None = None):
         yield TestClock(start or timezone.now())
     finally:
         _clock.freeze(None)
+
+
+def load_run(data, *, run_id=None):
+    """Store a run exported with ``manage.py durable export RUN_ID`` (its file's path, or its
+    data) in the test database and return it: ``drain()`` then replays its journal against the
+    code under test and carries it on. See django_durable.export."""
+    from .export import load_run as load
+
+    return load(data, run_id=run_id)

@@ -100,6 +100,11 @@ class Command(BaseCommand):
         summary = commands.add_parser("stats", help="counts, queue lag, throughput")
         summary.add_argument("--json", action="store_true")
 
+        exported = commands.add_parser("export", help="a run, its journal and its messages as JSON "
+                                                      "(durable.testing.load_run() replays it in a test)")
+        exported.add_argument("run_id", metavar="RUN_ID")
+        exported.add_argument("--output", "-o", help="write to this file instead of standard output")
+
         listed = commands.add_parser("workflows", help="the registered workflows and tasks, with their shapes")
         listed.add_argument("--json", action="store_true")
 
@@ -243,6 +248,17 @@ class Command(BaseCommand):
             gone += StoredEvent.objects.using(db).filter(pk__in=ids).delete()[1].get(StoredEvent._meta.label, 0)
         if gone:
             self.stdout.write(f"deleted {gone} emitted event(s) kept longer than {duration(kept.total_seconds())}.")
+
+    def do_export(self, *, run_id, output, **_):
+        from django_durable.export import export_run
+
+        text = json.dumps(export_run(run_id), indent=1, ensure_ascii=False)
+        if output:
+            with open(output, "w", encoding="utf-8") as file:
+                file.write(text + "\n")
+            self.stdout.write(f"wrote run {run_id} to {output}")
+        else:
+            self.stdout.write(text)
 
     def do_workflows(self, *, json, **_):
         from django_durable.catalog import workflows
