@@ -135,3 +135,27 @@ def check_workflow_determinism(app_configs=None, **kwargs):
         for name in registry.names()
         for call, where in determinism.nondeterministic_calls(registry.get(name).fn)
     ]
+
+
+@register("durable", deploy=True)
+def check_replay_before_deploy(app_configs=None, **kwargs):
+    """With DURABLE_CHECK_REPLAY, `manage.py check --deploy` replays the journals of the runs in
+    flight against the code installed now (django_durable.replaycheck) and names those it would
+    break. Off by default: it reads the database."""
+    if not conf.get("CHECK_REPLAY"):
+        return []
+    from .replaycheck import check_replay
+
+    errors = []
+    for verdict in check_replay():
+        if not verdict.ok:
+            errors.append(Error(
+                f"Run {verdict.run_id} of {verdict.workflow} ({verdict.status}) would not replay on this code: "
+                f"{verdict.reason}",
+                hint="Restore what the run recorded, or branch on ctx.patched(); "
+                     "`manage.py durable check_replay` lists them all.",
+                id="django_durable.E010",
+            ))
+            if len(errors) >= 20:
+                break
+    return errors

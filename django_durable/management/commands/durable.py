@@ -100,6 +100,12 @@ class Command(BaseCommand):
         summary = commands.add_parser("stats", help="counts, queue lag, throughput")
         summary.add_argument("--json", action="store_true")
 
+        replay = commands.add_parser("check_replay", help="would the code installed now replay the runs in "
+                                                          "flight? non-zero exit if any would break")
+        replay.add_argument("--since", help="also runs finished within this (like 7d), which may be retried")
+        replay.add_argument("--workflow", help="only runs of this workflow")
+        replay.add_argument("--json", action="store_true")
+
         exported = commands.add_parser("export", help="a run, its journal and its messages as JSON "
                                                       "(durable.testing.load_run() replays it in a test)")
         exported.add_argument("run_id", metavar="RUN_ID")
@@ -249,6 +255,21 @@ class Command(BaseCommand):
         if gone:
             self.stdout.write(f"deleted {gone} emitted event(s) kept longer than {duration(kept.total_seconds())}.")
 
+    def do_check_replay(self, *, since, workflow, json, **_):
+        from django_durable.replaycheck import check_replay
+
+        verdicts = list(check_replay(since=_age(since, "--since") if since else None, workflow=workflow))
+        broken = [v for v in verdicts if not v.ok]
+        if json:
+            self._json_out([{"run_id": v.run_id, "workflow": v.workflow, "status": v.status, "ok": v.ok,
+                             "reason": v.reason} for v in verdicts])
+        else:
+            for verdict in broken:
+                self.stdout.write(f"{verdict.run_id}  {verdict.status:<8} {verdict.workflow}: {verdict.reason}")
+            self.stdout.write(f"{len(verdicts)} run(s) checked, {len(broken)} would not replay on this code.")
+        if broken:
+            raise CommandError(f"{len(broken)} run(s) would not replay on this code.", returncode=1)
+
     def do_export(self, *, run_id, output, **_):
         from django_durable.export import export_run
 
@@ -377,10 +398,10 @@ def _json(text: str, what: str):
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
 
 
-def _age(text: str) -> dt.timedelta:
+def _age(text: str, option: str = "--older-than") -> dt.timedelta:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
     if not match:
-        raise ValueError(f"--older-than takes a number with s, m, h or d (like 30d), not {text!r}.")
+        raise ValueError(f"{option} takes a number with s, m, h or d (like 30d), not {text!r}.")
     return dt.timedelta(seconds=float(match.group(1)) * UNITS[match.group(2) or "s"])
 
 
