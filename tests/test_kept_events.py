@@ -97,3 +97,22 @@ def test_prune_deletes_events_kept_longer_than_the_retention(settings):
     durable.emit_event("new", 2)
     call_command("durable", "prune", stdout=open("/dev/null", "w"))
     assert list(StoredEvent.objects.values_list("name", flat=True)) == ["new"]
+
+
+def test_the_admin_lists_kept_events_and_hides_payloads_without_the_permission(admin_client, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    run = durable.start(late_waiter, 11)
+    durable.emit_event("payment.settled", {"order": 11, "card": "4242"})
+    drain()
+    page = admin_client.get("/admin/django_durable/storedevent/").content.decode()
+    assert "payment.settled" in page and "4242" in page
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_workflowrun"))
+    admin_client.force_login(viewer)
+    page = admin_client.get("/admin/django_durable/storedevent/")
+    assert page.status_code == 200
+    assert "payment.settled" in page.content.decode() and "4242" not in page.content.decode()
+    detail = admin_client.get(f"/admin/django_durable/storedevent/{StoredEvent.objects.get().pk}/change/")
+    assert detail.status_code == 200 and "4242" not in detail.content.decode()

@@ -4,13 +4,13 @@ except for releasing a stuck claim."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import services
-from ..models import Timer, Worker, WorkflowEvent, WorkItem
+from ..models import StoredEvent, Timer, Worker, WorkflowEvent, WorkItem
 from . import display
 from ..stats import live_workers_since
 from .base import DurableAdmin, parse_uuid
@@ -224,3 +224,42 @@ class WorkflowEventAdmin(RunSearch, DurableAdmin):
     @admin.display(description="by", ordering="actor")
     def who(self, event):
         return event.actor or "code"
+
+
+@admin.register(StoredEvent)
+class StoredEventAdmin(DurableAdmin):
+    """Emitted events kept for DURABLE_EVENT_RETENTION, and how many runs took each; their payloads
+    only for users who may see payloads."""
+
+    search_fields = ["=name"]
+    search_help_text = "An event's name."
+    ordering = ["-id"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(taken_by=Count("deliveries"))
+
+    def _payloads(self, request) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.view_payload_workflowrun")
+
+    def get_list_display(self, request):
+        return ["created_at", "name", *(["payload_text"] if self._payloads(request) else []), "taken"]
+
+    def get_fields(self, request, obj=None):
+        return self.get_list_display(request)
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_list_display(request)
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm(f"{self.opts.app_label}.view_workflowrun")
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # `durable prune` deletes them after the retention
+
+    @admin.display(description="payload")
+    def payload_text(self, event):
+        return display.value_text(event.payload)[0]
+
+    @admin.display(description="taken by runs", ordering="taken_by")
+    def taken(self, event):
+        return event.taken_by
