@@ -156,7 +156,7 @@ def test_a_failed_attempt_is_retried_after_its_back_off_and_counted():
     result.refresh()
     assert result.status == TaskResultStatus.READY  # waiting for its back-off
     assert (result.worker_ids, [e.exception_class for e in result.errors]) == (["w-1"], [ConnectionError])
-    _fire_due_timers()
+    assert durable.wake(result.id) == 1  # the back-off's timer, fired now
     drain(worker="w-2")
     result.refresh()
     assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, 2, 2)
@@ -179,17 +179,6 @@ def test_an_attempt_past_its_timeout_is_stopped_and_fails():
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[0].exception_class is durable.StepTimeout
     assert (result.finished_at - result.started_at).total_seconds() < 3
-
-
-def _fire_due_timers():
-    import time
-
-    from django_durable import workpool
-
-    deadline = time.monotonic() + 10
-    while not workpool.fire_timers(db="default"):
-        assert time.monotonic() < deadline, "the back-off timer never came due"
-        time.sleep(0.01)
 
 
 # -- options: priority, queues, run_after, validation ---------------------------------------------

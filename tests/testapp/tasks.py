@@ -56,7 +56,9 @@ def my_id(context: TaskContext):
     return {"id": context.task_result.id, "attempt": context.attempt}
 
 
-@task(retry=durable.RetryPolicy(max_attempts=3, initial_backoff=0.01, jitter=0), takes_context=True)
+# A back-off far longer than any test: the test fires it with durable.wake(), so a slow machine
+# can never see the retry happen inside the first drain.
+@task(retry=durable.RetryPolicy(max_attempts=3, initial_backoff=600, jitter=0), takes_context=True)
 def fails_once(context: TaskContext, key):
     """Fails on its first attempt, succeeds on the next: the ledger counts the attempts."""
     ledger.record(key, "attempt")
