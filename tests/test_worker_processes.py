@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 
 import django_durable as durable
-from django_durable.models import Step, WorkflowRun, WorkItem
+from django_durable.models import Step, Worker, WorkflowRun, WorkItem
 from tests.conftest import assert_settled, ledger_counts, wait_for
 from tests.testapp import ledger
 from tests.testapp.models import Payment
@@ -114,6 +114,9 @@ def test_a_paused_worker_changes_nothing_after_its_run_was_taken_over(start_work
             "--name", "paused", burst=False, faults=f"after_checkpoint_commit=touch:{reached}+sleep:1@b"
         )
     wait_for(reached.exists, message="the worker to reach the pause point")
+    # Its start-up writes (its first report) are done: SIGSTOP must not freeze it inside a write
+    # transaction, which on SQLite would hold the database's write lock for the whole pause.
+    wait_for(lambda: Worker.objects.filter(name="paused").exists(), message="the worker's first report")
     paused.signal(signal.SIGSTOP)
     try:
         taker = start_worker("--name", "taker")
