@@ -238,7 +238,14 @@ class WorkflowRun(models.Model):
         return f"parallel {group!r}: {done} of {total} branches done"
 
     def fan_out(self) -> tuple[str, int, int] | None:
-        """(group, branches done, branches) of the parallel group the run waits for now, or None."""
+        """(group, branches done, branches) of the parallel group the run waits for now, or None.
+
+        Read once per instance: a page asks for it twice (its waiting_on and its progress)."""
+        if "_fan_out" not in self.__dict__:
+            self.__dict__["_fan_out"] = self._count_fan_out()
+        return self.__dict__["_fan_out"]
+
+    def _count_fan_out(self) -> tuple[str, int, int] | None:
         match = _FAN_OUT.match(self.waiting_on) if self.status not in self.TERMINAL else None
         if match is None:
             return None

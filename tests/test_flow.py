@@ -1,16 +1,15 @@
 """ctx.switch(), ctx.note(), ctx.set_progress() and ctx.emit(): recorded once, replayed, never repeated."""
 
-import datetime as dt
 
 import pytest
 
 import django_durable as durable
 from django_durable import signals
-from django_durable.models import SignalMessage, Step, WorkflowRun, WorkItem
+from django_durable.models import SignalMessage, Step, WorkflowRun
 from django_durable.testing import drain
 from tests.conftest import assert_settled, ledger_counts
 from tests.testapp import ledger
-from tests.test_engine import SimulatedCrash
+from tests.test_engine import SimulatedCrash, expire_claims
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,10 +49,6 @@ def route(ctx, tier):
                                         "standard": ("standard", standard)}, default=("manual-review", review))
     ctx.step("done", step, ctx.run_id, "done")
     return chosen
-
-
-def expire_claims():
-    WorkItem.objects.filter(status="processing").update(claim_expires_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
 
 
 def crash_then_resume():
