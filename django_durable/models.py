@@ -79,7 +79,9 @@ class WorkflowRunQuerySet(models.QuerySet):
             condition = idle
         # Named statuses rather than "not terminal": the planner then starts from the few unfinished
         # runs on the status index instead of walking the whole table.
-        unfinished = [status for status in WorkflowRun.Status.values if status not in WorkflowRun.TERMINAL]
+        # A blocked run is held for an operator on purpose (durable.retry_run() resumes it).
+        unfinished = [status for status in WorkflowRun.Status.values
+                      if status not in WorkflowRun.TERMINAL and status != WorkflowRun.Status.BLOCKED]
         return self.filter(status__in=unfinished).filter(condition)
 
     def back_to_pending(self) -> int:
@@ -101,6 +103,7 @@ class WorkflowRun(models.Model):
         CANCELLED = "cancelled", "Cancelled"
         TIMED_OUT = "timed_out", "Timed out"
         COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
+        BLOCKED = "blocked", "Blocked: the code changed"
 
     TERMINAL = frozenset(
         {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT, Status.COMPENSATION_FAILED}
@@ -114,7 +117,7 @@ class WorkflowRun(models.Model):
         "event": ("event ",),
         "children": ("parallel ", "child workflow "),
         "start": ("starts at ",),
-        "code": ("a worker that has ",),
+        "code": ("a worker that has ", "a fix of the code"),
     }
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
@@ -345,6 +348,10 @@ class Step(models.Model):
     )
     remaining = models.IntegerField(
         null=True, blank=True, help_text="For a parallel group: branches not yet finished."
+    )
+    fingerprint = models.CharField(
+        max_length=16, null=True, blank=True,
+        help_text="A hash of the step's function and arguments: a replay that calls it otherwise is stopped.",
     )
 
     class Meta:
@@ -742,7 +749,8 @@ class WorkflowEvent(models.Model):
 
     The engine's own history is the journal (steps with their times and attempts); this trail
     holds what operators and code did to a run: starts from the admin, cancels, retries,
-    skipped and edited steps, signals sent by hand, timers fired early.
+    skipped and edited steps, signals sent by hand, timers fired early, and the engine holding
+    it for an operator when its code changed (blocked).
     """
 
     class Type(models.TextChoices):
@@ -759,6 +767,7 @@ class WorkflowEvent(models.Model):
         CLAIM_RELEASED = "claim_released", "Claim released"
         ATTEMPT_ENDED = "attempt_ended", "Attempt ended"
         RECOVERED = "recovered", "Advance given back"
+        BLOCKED = "blocked", "Blocked: the code changed"
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(db_default=Now())

@@ -128,7 +128,8 @@ def check_run(run: WorkflowRun, db: str | None = None) -> Verdict:
         return verdict(True)  # one call, nothing to replay
     journal = {
         step.key: workpool.StepRecord(step.key, step.seq, step.kind, step.name, step.status, step.result, step.error,
-                                      step.attempts, None, None, step.deadline_at, step.retry_at, step.match)
+                                      step.attempts, None, None, step.deadline_at, step.retry_at, step.match,
+                                      fingerprint=step.fingerprint)
         for step in Step.objects.using(db).filter(run_id=run.pk).order_by("seq")
     }
     arguments = serialization.decode(run.input) or {}

@@ -9,6 +9,8 @@ does not affect the run.
 - ``run_completed(run_id, workflow, result)``: the run returned.
 - ``run_failed(run_id, workflow, status, error)``: the run ended ``failed`` or ``timed_out``.
 - ``run_cancelled(run_id, workflow)``: the run ended ``cancelled``.
+- ``run_blocked(run_id, workflow, reason)``: a replay found the workflow code no longer matches
+  the run's journal (a NonDeterminismError); the run is held, ``blocked``, for an operator.
 - ``step_completed(run_id, workflow, key, result, attempts)``: a step's result was recorded.
 - ``step_failed(run_id, workflow, key, error, attempt, will_retry)``: an attempt failed;
   ``will_retry`` is False when the step failed for good.
@@ -32,6 +34,7 @@ run_started = Signal()
 run_completed = Signal()
 run_failed = Signal()
 run_cancelled = Signal()
+run_blocked = Signal()
 step_completed = Signal()
 step_failed = Signal()
 run_noted = Signal()

@@ -17,7 +17,7 @@ from .humanize import duration
 from .models import Worker, WorkflowRun, WorkItem
 
 Status = WorkflowRun.Status
-UNFINISHED = [Status.PENDING, Status.RUNNING, Status.WAITING]
+UNFINISHED = [Status.PENDING, Status.RUNNING, Status.WAITING, Status.BLOCKED]
 OUTCOMES = {  # what a finished run counts as
     "completed": [Status.COMPLETED],
     "failed": [Status.FAILED, Status.TIMED_OUT, Status.COMPENSATION_FAILED],

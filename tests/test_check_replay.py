@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 version = {"code": "v1"}
 
 
-def do(run_id, name):
+def do(run_id, name, how="post"):
     ledger.record(run_id, name)
     return name
 
@@ -36,7 +36,9 @@ def order(ctx):
     ctx.wait_for_signal("first")
     if code == "inserted" or (code == "patched" and ctx.patched("x")):
         ctx.step("x", do, ctx.run_id, "x")
-    if code != "removed":
+    if code == "argument":
+        ctx.step("b", do, ctx.run_id, "b", how="express")
+    elif code != "removed":
         ctx.step("b", other if code == "renamed" else do, ctx.run_id, "b")
     ctx.wait_for_signal("second")
     ctx.step("c", do, ctx.run_id, "c")
@@ -66,10 +68,15 @@ def test_check_replay_names_exactly_the_runs_each_change_would_break():
     assert broken("inserted") == past       # x before b, which they recorded
     assert broken("removed") == past        # b recorded, no longer reached
     assert broken("renamed") == past        # b recorded for another function
+    assert broken("argument") == past       # b recorded with other arguments
     assert broken("patched") == set()       # old runs keep the old path
     version["code"] = "removed"
     reasons = {v.reason for v in check_replay() if not v.ok}
     assert reasons == {"the journal holds 'b', which the code no longer reaches before it reaches 'a wait'"}
+    version["code"] = "argument"
+    reasons = {v.reason.split(" (now")[0] for v in check_replay() if not v.ok}
+    assert reasons == {"NonDeterminismError: Step 'b' was recorded with other arguments than the workflow code now "
+                       "passes to tests.test_check_replay.do"}
 
 
 def test_patched_finishes_old_and_new_runs_correctly():

@@ -441,7 +441,7 @@ class WorkflowRunAdmin(DurableAdmin):
     def _buttons(self, request, run: WorkflowRun):
         allowed = {
             "cancel": not run.is_finished,
-            "retry": run.status in (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED),
+            "retry": run.status in (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.BLOCKED),
             "force-fail": not run.is_finished,
             "retry-rollback": run.status == Status.COMPENSATION_FAILED,
             "signal": not run.is_finished,

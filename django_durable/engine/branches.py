@@ -170,6 +170,7 @@ def _record(claim, spec, status, result, error, attempt, started=None, deadline=
         key=claim.step_key, seq=spec.get("seq", 0), kind="step", name=claim.function.replace(":", "."),
         status=status, result=result, error=error, attempts=attempt, started_at=started,
         finished_at=None if status == "running" else claim.db_now(), deadline_at=deadline, retry_at=retry_at,
+        fingerprint=spec.get("fingerprint"),
     )
 
 

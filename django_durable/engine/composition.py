@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import registry, serialization
+from ..journal import fingerprint
 from ..exceptions import ChildFailed, StepFailed
 from ..interrupts import CompensationFailed, Suspend
 from ..retry import RetryPolicy
@@ -142,13 +143,18 @@ class Composition:
             entry = self._record(group, "", "waiting", None, None, self._session.now(), 1, kind="parallel",
                                  remaining=len(calls))
             items = [
-                (c.key, group, _importable_name(c.fn), self._branch_input(c, entry.seq + 1 + index, return_exceptions))
-                for index, c in enumerate(calls)
+                (c.key, group, name, self._branch_input(c, name, entry.seq + 1 + index, return_exceptions))
+                for index, (c, name) in enumerate((c, _importable_name(c.fn)) for c in calls)
             ]
             self._next_seq = max(self._next_seq, entry.seq + len(calls) + 1)  # the branches' seqs
             raise Suspend(f"parallel {group!r}: 0 of {len(calls)} branches done", items=items)
         self._next_seq = max(self._next_seq, entry.seq + len(calls) + 1)
         branches = [self._journal.get(c.key) for c in calls]
+        for call, branch in zip(calls, branches):
+            if branch is not None and branch.fingerprint:
+                name = _importable_name(call.fn).replace(":", ".")
+                self._check_call(call.key, branch, fingerprint(name, call.fn, call.args, call.kwargs), name,
+                                 call.fn, call.args, call.kwargs)
         finished = [b for b in branches if b is not None and b.status in ("completed", "failed")]
         failures = [b for b in finished if b.status == "failed"]
         if failures and not return_exceptions:
@@ -168,11 +174,12 @@ class Composition:
             for b in branches
         ]
 
-    def _branch_input(self, call: Call, seq: int, return_exceptions: bool) -> str:
+    def _branch_input(self, call: Call, name: str, seq: int, return_exceptions: bool) -> str:
         policy = call.retry or self._retry
         return serialization.encode(
             {
                 "seq": seq,
+                "fingerprint": fingerprint(name.replace(":", "."), call.fn, call.args, call.kwargs),
                 "args": list(call.args),
                 "kwargs": call.kwargs,
                 "retry": {
@@ -205,8 +212,10 @@ class Composition:
         definition = registry.get(workflow)
         child_id = uuid.uuid5(self.run_id, key)
         entry = self._journal.get(key)
+        self._prints[key] = call = fingerprint(definition.name, None, args, kwargs)
         if entry is not None:
             self._check_same(key, entry, "child", definition.name)
+            self._check_call(key, entry, call, f"child workflow {definition.name}", None, args, kwargs)
         else:
             self._session.before_step(key)  # earlier checkpoints first: the child is an effect
             self._session.start_child(child_id, definition, args, kwargs, detached=detached)

@@ -20,7 +20,7 @@ from ..retry import RetryPolicy
 from .composition import Composition, current_step
 from .flow import Flow
 from .waits import Waits, _as_datetime
-from ..journal import StepRecord
+from ..journal import StepRecord, fingerprint
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -47,6 +47,10 @@ class Context(Waits, Composition, Flow):
         self._used: set[str] = set()
         self._compensations: list[tuple[str, Callable, Any]] = []  # (key, undo, result), in order
         self._failures: dict[str, str] = {}  # key -> the error of its last attempt retried at once
+        self._prints: dict[str, str | None] = {}  # key -> the fingerprint of its call in this replay
+        # The NonDeterminismError this replay raised, even if the workflow code caught it: the
+        # run is then held for an operator (blocked), whatever the code did next.
+        self.diverged: NonDeterminismError | None = None
 
     def __repr__(self) -> str:
         return f"<Context {self.workflow} run={self.run_id}>"
@@ -69,7 +73,8 @@ class Context(Waits, Composition, Flow):
         DURABLE_CANCEL_GRACE_SECONDS, unless ``cancellable=False``.
 
         Raise StepFailed when the attempts run out (or the error is not retryable),
-        NonDeterminismError if `key` was recorded for another function.
+        NonDeterminismError if `key` was recorded for another function or other arguments
+        (the run is then held, ``blocked``, for an operator: see docs/changing-code.md).
         """
         value = self._step(key, fn, args, kwargs, atomic=atomic, retry=retry, timeout=timeout, kind="step",
                            cancellable=cancellable)
@@ -86,8 +91,10 @@ class Context(Waits, Composition, Flow):
         seconds = _timeout_seconds(timeout)
         attempt, deadline = 1, None
         entry = self._journal.get(key)
+        self._prints[key] = call = fingerprint(name, fn, args, kwargs)
         if entry is not None:
             self._check_same(key, entry, kind, name)
+            self._check_call(key, entry, call, name, fn, args, kwargs)
             if entry.status in FINAL:
                 return self._replay_final(key, entry)
             attempt, deadline = self._resume(key, name, entry, policy)
@@ -218,6 +225,8 @@ class Context(Waits, Composition, Flow):
             raise CancelRequested()
 
     def _claim_key(self, key: str) -> None:
+        if self.diverged is not None:  # caught by the workflow code: nothing more runs
+            raise NonDeterminismError(str(self.diverged))
         _check_key(key)
         if key in self._used:
             raise ValueError(
@@ -243,6 +252,7 @@ class Context(Waits, Composition, Flow):
             attempts=attempts, started_at=started,
             finished_at=None if status == "running" else self._session.now(),
             deadline_at=deadline, retry_at=retry_at, match=match, consumes=consumes, remaining=remaining,
+            fingerprint=self._prints.get(key),
         )
         self._journal[key] = record
         if write is not None:
@@ -251,11 +261,30 @@ class Context(Waits, Composition, Flow):
 
     def _check_same(self, key: str, entry: StepRecord, kind: str, name: str) -> None:
         if entry.kind != kind or (entry.name and name and entry.name != name):
-            raise NonDeterminismError(
+            raise self._diverge(
                 f"Step {key!r} was recorded as a {entry.kind} of {entry.name or '?'} but the "
                 f"workflow code now reaches it as a {kind} of {name}. The code changed under a "
                 f"running workflow; restore it, or give the new call another key."
             )
+
+    def _check_call(self, key: str, entry: StepRecord, call: str | None, name: str, fn, args, kwargs) -> None:
+        """The recorded step `key` is called with the arguments it was recorded with (when both
+        fingerprints are known: entries written before fingerprints existed are not checked)."""
+        if entry.fingerprint and call and entry.fingerprint != call:
+            now = _call_text(fn, args, kwargs)
+            raise self._diverge(
+                f"Step {key!r} was recorded with other arguments than the workflow code now passes to "
+                f"{name} ({now}); its recorded result belongs to the old call. The code changed under a "
+                f"running workflow: restore the old arguments for the runs recorded before the change "
+                f"(ctx.patched()), or give the new call another key."
+            )
+
+    def _diverge(self, message: str) -> NonDeterminismError:
+        """The NonDeterminismError to raise, remembered (see `diverged`)."""
+        if self.diverged is None:
+            self.diverged = NonDeterminismError(message)
+            return self.diverged
+        return NonDeterminismError(message)
 
     def _replay_final(self, key: str, entry: StepRecord) -> Any:
         if entry.status == "failed":
@@ -283,6 +312,8 @@ class Context(Waits, Composition, Flow):
         count = self._counters.get(what, 0)
         self._counters[what] = count + 1
         key = f"{what}:{count}"
+        if self.diverged is not None:
+            raise NonDeterminismError(str(self.diverged))
         self._used.add(key)  # reached (patched() tells history still ahead from history behind)
         entry = self._journal.get(key)
         if entry is not None:
@@ -320,6 +351,16 @@ def _timeout_seconds(timeout) -> float | None:
 def _check_key(key: str) -> None:
     if not isinstance(key, str) or not key or len(key) > 255:
         raise ValueError(f"A step key must be a non-empty string of at most 255 characters, not {key!r}.")
+
+
+def _call_text(fn, args, kwargs, limit: int = 300) -> str:
+    """The arguments of a call as a person reads them: "now (42, amount=10)", cut at `limit`."""
+    try:
+        parts = [repr(arg) for arg in args] + [f"{name}={value!r}" for name, value in kwargs.items()]
+        text = f"now ({', '.join(parts)})"
+    except Exception:  # a repr that raises
+        text = "now with other arguments"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _function_name(fn: Callable) -> str:

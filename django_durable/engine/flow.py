@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import conf, serialization
-from ..exceptions import NoBranchMatched, NonDeterminismError
+from ..exceptions import NoBranchMatched
 from ..retry import RetryPolicy
 
 # An emitted event is delivered at once or tried again soon: it is one insert per waiting run.
@@ -46,7 +46,7 @@ class Flow:
                 return self._replay_final(key, entry)
             chosen = entry.name
             if chosen not in choices:
-                raise NonDeterminismError(
+                raise self._diverge(
                     f"Switch {key!r} went down branch {chosen!r}, which the workflow code no longer has "
                     f"(its branches now: {', '.join(map(repr, choices))}). Restore the branch, or give "
                     f"the switch another key."

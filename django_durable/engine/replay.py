@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 
 from .. import conf, faults, registry, retry, serialization, signals, workpool
-from ..exceptions import StepFailed, WorkflowNotFound, WorkflowTimeout
+from ..exceptions import NonDeterminismError, StepFailed, WorkflowNotFound, WorkflowTimeout
 from ..interrupts import (
     CancelRequested,
     CompensationFailed,
@@ -21,7 +21,8 @@ from ..interrupts import (
     RunTimedOut,
     Suspend,
 )
-from ..models import WorkflowRun
+from ..models import WorkflowEvent, WorkflowRun
+from ..services import audit
 from ..workpool.runs import create_run
 from .alarm import Alarm
 from .context import Context
@@ -268,7 +269,7 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         return _timed_out(claim, run, session)
     journal = {
         e.key: workpool.StepRecord(e.key, e.seq, e.kind, e.name, e.status, e.result, e.error, e.attempts, None, None,
-                                   e.deadline_at, e.retry_at, e.match)
+                                   e.deadline_at, e.retry_at, e.match, fingerprint=e.fingerprint)
         for e in run.journal
     }
     if not journal and run.attempt == 1:
@@ -291,7 +292,11 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     )
     try:
         value = definition.fn(context, *args, **kwargs)
+    except NonDeterminismError as exc:
+        return _block(claim, run, session, exc)
     except Suspend as suspend:
+        if context.diverged is not None:
+            return _block(claim, run, session, context.diverged)
         return _wait(claim, session, suspend)
     except Preempted:
         return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
@@ -306,11 +311,15 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
     except CompensationFailed as failed:
         return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
     except Exception as exc:
+        if context.diverged is not None:
+            return _block(claim, run, session, context.diverged)
         if run.attempt < run.max_attempts and _retried(exc, definition):
             return _retry_run(claim, run, session, exc, definition)
         if definition.compensate_on_failure:
             return _compensate(claim, run, session, context, RunStatus.FAILED, _error_text(exc))
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
+    if context.diverged is not None:  # the workflow code caught it and went on
+        return _block(claim, run, session, context.diverged)
     try:
         result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     except (TypeError, ValueError) as exc:
@@ -328,6 +337,29 @@ def _wait(claim, session, suspend) -> str:
     if session.event_waits:
         session.look_again_for_events()
     return "waiting"
+
+
+def _block(claim, run, session, exc: NonDeterminismError) -> str:
+    """The code now differs from the run's journal: hold the run for an operator (``blocked``).
+
+    Its journal keeps what this advance recorded before the difference; nothing is failed,
+    compensated or retried. Its item waits like a waiting run's: a signal, a timer or the
+    run's deadline wakes it and it is replayed against the code installed then, and
+    durable.retry_run() (the admin's Retry) resumes it once the code is fixed.
+    """
+    records = session.take_pending()
+    reason = f"a fix of the code: {exc}"
+    if not workpool.release(claim, run_status=RunStatus.BLOCKED, waiting_on=reason, records=records,
+                            then=session.then()):
+        return "lost"
+    session.committed(records)
+    logger.error("Run %s of %s is blocked, held for an operator: %s", claim.run_id, run.workflow, exc)
+    try:
+        audit.record(claim.run_id, WorkflowEvent.Type.BLOCKED, by=None, message=str(exc), db=claim.db)
+    except DatabaseError as error:  # the run is held either way; only the trail misses it
+        logger.warning("Run %s: its blocking was not written to its audit trail (%s).", claim.run_id, error)
+    signals.send(signals.run_blocked, run.workflow, run_id=claim.run_id, reason=str(exc))
+    return "blocked"
 
 
 def _finish(claim, run, status, *, result=None, error=None, session=None) -> str:

@@ -91,11 +91,21 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
     or were cancelled. The run gets a fresh budget of run attempts and, if its workflow has a
     timeout, a fresh deadline. Raise WorkflowNotFound, or InvalidTransition for a run in
     another state or one whose compensations already ran (start a new run: duplicate()).
+
+    A ``blocked`` run (its code changed under it) is resumed: its next worker replays it
+    against the code installed now, where it stopped, with nothing of it reset; if the code
+    still differs from its journal it is blocked again.
     """
     pk = _run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
+        if run.status == Status.BLOCKED:
+            _give_advance_back(run, db)
+            audit.record(pk, EventType.RETRIED, by=by, data={"from": Status.BLOCKED}, db=db)
+            workpool.notify(db)
+            run.refresh_from_db()
+            return run
         check_restartable(run, db)
         previous = run.status
         restart(run, db)
@@ -259,17 +269,23 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
                 continue
             if not WorkflowRun.objects.using(db).filter(pk=pk).stuck(lease_expired=False).exists():
                 continue  # something advanced it meanwhile
-            advance = WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
-            if not advance.requeue(step_key=""):
-                WorkItem.objects.using(db).create(
-                    kind=WorkItem.Kind.ADVANCE, run_id=pk, queue=run.queue, priority=run.priority,
-                    concurrency_key=run.concurrency_key, status=WorkItem.Status.PENDING, available_at=clock.db_now())
-            WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending()
+            _give_advance_back(run, db)
             audit.record(pk, EventType.RECOVERED, by=by, message="Nothing would advance it; its advance was given back.",
                          db=db)
             workpool.notify(db)
             recovered.append(pk)
     return recovered
+
+
+def _give_advance_back(run: WorkflowRun, db: str) -> None:
+    """Queue the locked, unfinished `run`'s advance, ready now; the run waits for it (pending)."""
+    advance = WorkItem.objects.using(db).filter(run_id=run.pk, kind=WorkItem.Kind.ADVANCE)
+    if not advance.requeue(step_key=""):
+        WorkItem.objects.using(db).create(
+            kind=WorkItem.Kind.ADVANCE, run_id=run.pk, queue=run.queue, priority=run.priority,
+            concurrency_key=run.concurrency_key, status=WorkItem.Status.PENDING, available_at=clock.db_now())
+    WorkflowRun.objects.using(db).filter(pk=run.pk, status__in=[Status.RUNNING, Status.BLOCKED]).update(
+        status=Status.PENDING, waiting_on="", updated_at=clock.db_now())
 
 
 def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:

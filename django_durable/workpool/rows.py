@@ -26,6 +26,7 @@ class Entry(NamedTuple):
     deadline_at: dt.datetime | str | None
     retry_at: dt.datetime | str | None
     match: str | None
+    fingerprint: str | None
 
 
 class Message(NamedTuple):

@@ -25,9 +25,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -62,9 +62,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -75,21 +75,21 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
--- name: record a step while it runs (18 parameters)
+-- name: record a step while it runs (19 parameters)
 WITH fence AS (
     SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
 ),
 written AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed')
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed')
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written),
        (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)
 ;
 
--- name: record a wait that consumes a signal (20 parameters)
+-- name: record a wait that consumes a signal (21 parameters)
 WITH fence AS (
     SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
 ),
@@ -100,16 +100,16 @@ consumed AS (
     RETURNING 1
 ),
 written AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed')
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed')
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written),
        (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)
 ;
 
--- name: finish a run (20 parameters)
+-- name: finish a run (21 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -119,9 +119,9 @@ WITH fence AS (
     RETURNING run_id
 ),
 steps AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
@@ -156,7 +156,7 @@ quiet AS (
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
 
--- name: finish a run and claim the next item (23 parameters)
+-- name: finish a run and claim the next item (24 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -166,9 +166,9 @@ WITH fence AS (
     RETURNING run_id
 ),
 steps AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
@@ -225,9 +225,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -238,7 +238,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: hand a run back to wait, with a timer and two parallel branches (30 parameters)
+-- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = statement_timestamp(), claim_token = NULL,
@@ -248,9 +248,9 @@ WITH fence AS (
     RETURNING run_id
 ),
 steps AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 branches AS (
     INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority, concurrency_key,
@@ -314,9 +314,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -327,7 +327,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: finish a branch (24 parameters)
+-- name: finish a branch (25 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -337,9 +337,9 @@ WITH fence AS (
     RETURNING run_id
 ),
 steps AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
@@ -385,9 +385,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -398,7 +398,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: finish a failed branch of a fail-fast group (24 parameters)
+-- name: finish a failed branch of a fail-fast group (25 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -408,9 +408,9 @@ WITH fence AS (
     RETURNING run_id
 ),
 steps AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
@@ -456,9 +456,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -469,7 +469,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: queue a branch again after its back-off (18 parameters)
+-- name: queue a branch again after its back-off (19 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'pending', available_at = %s, claim_token = NULL,
@@ -479,9 +479,9 @@ WITH fence AS (
     RETURNING run_id
 ),
 steps AS (
-    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining")
-    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), 0;
 
@@ -520,9 +520,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
@@ -608,9 +608,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
        ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)

@@ -724,3 +724,14 @@ def ships_and_tells(ctx, order_id):
 @durable.workflow("tests.awaits_shipping")
 def awaits_shipping(ctx, order_id):
     return ctx.wait_for_event("order.shipped", match={"order": order_id}, timeout=600)
+
+
+@durable.workflow("tests.charges_twice")
+def charges_twice(ctx, order_id):
+    """A deploy changes the amount it charges (TESTAPP_CHARGE_CENTS, the version of the code the
+    worker runs): runs charged before the deploy must not replay under the new amount."""
+    cents = int(os.environ.get("TESTAPP_CHARGE_CENTS", "1000"))
+    ctx.step("charge", mark, ctx.run_id, "charge", {"order": order_id, "cents": cents})
+    ctx.wait_for_signal("shipped")
+    ctx.step("receipt", mark, ctx.run_id, "receipt")
+    return cents

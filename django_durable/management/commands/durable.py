@@ -80,7 +80,7 @@ class Command(BaseCommand):
         signal.add_argument("--payload", default="null", help="JSON")
         signal.add_argument("--idempotency-key")
 
-        retry = commands.add_parser("retry", help="run a failed, timed-out or cancelled run again from its last checkpoint")
+        retry = commands.add_parser("retry", help="run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked one")
         retry.add_argument("run_id")
 
         sched = commands.add_parser("schedules", help="list, sync, pause, resume or trigger schedules")

@@ -1,0 +1,142 @@
+"""The guide's examples run: each block marked ``<!-- example: NAME -->`` in docs/guide.md is executed
+as written, with the helper functions it calls defined here, and what the guide says of it is checked."""
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+import django_durable as durable
+from django_durable import signals
+from django_durable.models import Step, WorkflowRun
+from django_durable.testing import drain
+from tests.conftest import ledger_counts
+from tests.testapp import ledger
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
+_BLOCK = re.compile(r"<!-- example: (\S+)[^>]*-->\n```python\n(.*?)\n```", re.S)
+
+
+def examples() -> dict[str, str]:
+    return {name: code for name, code in _BLOCK.findall(GUIDE.read_text())}
+
+
+def run_example(name: str, **helpers) -> dict:
+    """Execute the guide's example `name` in a namespace with `helpers`; return the namespace."""
+    code = examples()[name]
+    namespace = {"__name__": "shop.guide", "durable": durable, "dt": dt, **helpers}
+    exec(compile(code, f"docs/guide.md <example {name}>", "exec"), namespace)  # noqa: S102 - our own docs
+    return namespace
+
+
+def recorded(name):
+    """A step function that records its call in the ledger under `name` and returns `name`."""
+    def call(*args):
+        ledger.record(args[0] if args else "-", name)
+        return name
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def test_every_marked_example_has_a_test():
+    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since"}
+
+
+def test_input_validation_refuses_bad_input_and_stores_nothing(capsys):
+    refund_payment = recorded("refund_payment")
+    namespace = run_example("input", refund_payment=refund_payment)
+    printed = capsys.readouterr().out
+    assert printed.startswith("Workflow 'shop.refund' refused its input: order_id: Ensure this value is greater")
+    assert "amount: Ensure that there are no more than 2 decimal places." in printed
+    assert "email: Enter a valid email address." in printed
+    assert WorkflowRun.objects.count() == 1  # only the good one
+    run = namespace["run"]
+    assert run.get_input()["kwargs"]["amount"] == durable.serialization.decode('{"__durable__":"decimal","v":"19.90"}')
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+
+
+def _switch_helpers():
+    express, standard = recorded("express"), recorded("standard")
+    return {
+        "ship_express": lambda ctx, order: ctx.step("express", express, ctx.run_id),
+        "ship_standard": lambda ctx, order: ctx.step("standard", standard, ctx.run_id),
+        "flag_for_review": lambda order_id: ledger.record(order_id, "flag") or "flagged",
+    }
+
+
+def test_switch_takes_and_records_the_first_branch_that_fits():
+    run_example("switch", **_switch_helpers())
+    gold = durable.start("orders.route", {"id": 1, "tier": "gold"})
+    bronze = durable.start("orders.route", {"id": 2, "tier": "bronze"})
+    drain()
+    assert WorkflowRun.objects.get(pk=gold.pk).get_result() == "express"
+    assert WorkflowRun.objects.get(pk=bronze.pk).get_result() == "flagged"
+    chosen = dict(Step.objects.filter(kind="switch").values_list("run_id", "name"))
+    assert chosen == {gold.pk: "premium", bronze.pk: "manual-review"}
+
+
+def test_describe_shows_every_branch_of_the_switch():
+    namespace = run_example("switch", **_switch_helpers())
+    namespace = run_example("describe", **namespace)
+    shape = namespace["shape"]
+    assert (shape["workflow"], shape["kind"]) == ("orders.route", "workflow")
+    [switch] = shape["shape"]
+    assert (switch["type"], switch["key"]) == ("switch", "fulfilment-route")
+    branches = {branch["id"]: branch["shape"] for branch in switch["branches"]}
+    assert list(branches) == ["premium", "standard", "manual-review"]
+    assert [(node["type"], node["key"]) for node in branches["premium"]] == [("step", "express")]
+    assert [(node["type"], node["key"]) for node in branches["manual-review"]] == [("step", "flag")]
+
+
+def test_notes_progress_and_an_emitted_event(admin_user):
+    emitted = []
+    signals.run_emitted.connect(lambda sender, **kw: emitted.append(kw), weak=False, dispatch_uid="guide")
+    try:
+        run_example("notes", import_file=recorded("import_file"))
+        run = durable.start("files.import", ["a.csv", "b.csv", "c.csv"])
+        drain()
+    finally:
+        signals.run_emitted.disconnect(dispatch_uid="guide")
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    body = api.get(f"/api/durable/workflows/{run.pk}/").json()
+    assert [(note["message"], note["data"]) for note in body["notes"]] == [("Import started", {"files": 3})]
+    assert body["progress"] == {"done": 3, "total": 3, "message": "imported c.csv"}
+    assert [(kw["name"], kw["payload"]) for kw in emitted] == [("import.finished", {"files": 3})]
+
+
+def test_patched_old_runs_ship_by_post_and_new_runs_by_express():
+    helpers = {"pack": recorded("pack"), "ship_express": recorded("ship_express"),
+               "ship_by_post": recorded("ship_by_post")}
+    run_example("patched", **helpers)
+    # A run the old code (no ctx.patched()) took past this point: packed and shipped by post.
+    old = durable.start("orders.ship", 7)
+    drain()
+    Step.objects.filter(run=old).exclude(key="pack").delete()
+    post = helpers["ship_by_post"]
+    Step.objects.create(run=old, key="ship-post", seq=2, kind="step", name=f"{post.__module__}.{post.__qualname__}",
+                        status="completed", result='"ship_by_post"')
+    new = durable.start("orders.ship", 8)
+    drain()
+    for run in (old, new):
+        durable.signal(run.pk, "delivered")
+    drain()
+    assert {run.pk: WorkflowRun.objects.get(pk=run.pk).status for run in (old, new)} == {
+        old.pk: "completed", new.pk: "completed"}
+    assert not Step.objects.filter(run=old, kind="patch").exists()
+    assert Step.objects.get(run=new, kind="patch").key == "patch:express-shipping"
+    assert set(Step.objects.filter(run=new).values_list("key", flat=True)) >= {"pack", "ship-express"}
+    assert ledger_counts(8) == {"pack": 1, "ship_express": 1}
+
+
+def test_an_event_emitted_before_the_run_started_is_taken_with_since():
+    namespace = run_example("since")
+    drain()
+    run = WorkflowRun.objects.get(pk=namespace["run"].pk)
+    assert (run.status, run.get_result()) == ("completed", "19.90")
