@@ -17,6 +17,7 @@ from .engine.composition import Call, ChildHandle, StepInfo
 from .engine.composition import get_current_step as current_step
 from .engine.context import Context
 from .exceptions import (
+    ApprovalTimeout,
     Cancelled,
     ChildFailed,
     DurableError,
@@ -44,6 +45,7 @@ from .registry import workflow
 from .retry import RetryPolicy
 
 __all__ = [
+    "ApprovalTimeout",
     "Call",
     "Cancelled",
     "ChildFailed",
@@ -71,8 +73,11 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowNotFound",
     "WorkflowTimeout",
+    "approval_link",
+    "approvals_for",
     "cancel",
     "current_step",
+    "decide",
     "duplicate",
     "edit_step_result",
     "emit_event",
@@ -110,6 +115,7 @@ _LAZY = {
 _LAZY["ensure_schedule"] = "schedules"
 _LAZY["describe"] = "engine.describe"
 _LAZY["workflows"] = "catalog"
+_LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")
 
 
 def __getattr__(name):

@@ -55,6 +55,8 @@ DEFAULTS: dict[str, Any] = {
     # How long emitted events are kept for runs that begin waiting for them later (a timedelta
     # or seconds; 0 keeps none: an event reaches only the runs waiting when it is emitted).
     "EVENT_RETENTION": 7 * 24 * 3600.0,
+    # How long an e-mailed approval link (durable.approval_link()) can be used, in seconds.
+    "APPROVAL_LINK_MAX_AGE": 3 * 24 * 3600.0,
     # The REST API: DRF permission classes every route requires (classes or dotted paths), on
     # top of the per-action model permissions. The default admits staff users only, whatever
     # the project's DEFAULT_PERMISSION_CLASSES say.

@@ -126,6 +126,10 @@ class SignalTimeout(DurableError, TimeoutError):
     """wait_for_signal() or wait_for_event() gave up: nothing arrived before its timeout."""
 
 
+class ApprovalTimeout(SignalTimeout):
+    """Nobody settled a ``ctx.wait_for_approval()`` before its timeout."""
+
+
 class Cancelled(DurableError):
     """The run was cancelled (recorded as its error, with the reason given)."""
 

@@ -7,6 +7,7 @@ import re
 import time
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import RawSQL
@@ -67,8 +68,8 @@ class WorkflowRunQuerySet(models.QuerySet):
         idle = (
             ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
             & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
-            & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING, kind__in=[Step.Kind.SIGNAL,
-                                                                                        Step.Kind.EVENT]))
+            & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING,
+                                          kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT, Step.Kind.APPROVAL]))
             & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
         )
         if lease_expired and nothing_pending:
@@ -115,6 +116,7 @@ class WorkflowRun(models.Model):
         "retry": ("retry of ",),
         "signal": ("signal ",),
         "event": ("event ",),
+        "approval": ("approval ",),
         "children": ("parallel ", "child workflow "),
         "start": ("starts at ",),
         "code": ("a worker that has ", "a fix of the code"),
@@ -314,6 +316,7 @@ class Step(models.Model):
         PROGRESS = "progress", "Progress"
         EMIT = "emit", "Emitted event"
         PATCH = "patch", "Code change marker"
+        APPROVAL = "approval", "Wait for an approval"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
@@ -627,6 +630,7 @@ class SignalMessage(models.Model):
     class Kind(models.TextChoices):
         SIGNAL = "signal", "Signal"
         EVENT = "event", "Event"
+        APPROVAL = "approval", "Approval decided"
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="signals")
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.SIGNAL)
@@ -687,6 +691,76 @@ class StoredEvent(models.Model):
 
     def get_payload(self):
         return serialization.decode(self.payload)
+
+
+class Approval(models.Model):
+    """A decision a run waits for (``ctx.wait_for_approval()``), and who may make it.
+
+    Who may decide is one of: holders of a permission (``"app.codename"``, as ``user.has_perm``
+    answers it, so superusers too), members of a group, or listed users. `quorum` different
+    users must approve; one rejection rejects. The run is told by a message (kind "approval")
+    sent in the transaction of the deciding decision.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting for a decision"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="approvals")
+    key = models.CharField(max_length=255, help_text="The wait's key in the run.")
+    permission = models.CharField(max_length=255, blank=True, default="", help_text="app_label.codename")
+    group = models.CharField(max_length=150, blank=True, default="")
+    users = models.JSONField(default=list, blank=True, help_text="The primary keys of the users who may decide.")
+    quorum = models.PositiveSmallIntegerField(default=1)
+    message = models.TextField(blank=True, default="", help_text="What the approvers are asked.")
+    data = models.JSONField(default=dict, blank=True, help_text="The context shown with the question.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(db_default=Now())
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="When the wait gives up.")
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "durable_approval"
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="durable_approval_run_key")]
+        indexes = [models.Index(fields=["status", "created_at"], name="durable_approval_open")]
+
+    def __str__(self) -> str:
+        return f"{self.key} of {self.run_id} ({self.status})"
+
+    @property
+    def approvers(self) -> str:
+        """Who may decide, as a person reads it."""
+        if self.permission:
+            return f"users with the permission {self.permission}"
+        if self.group:
+            return f"members of the group {self.group}"
+        return f"{len(self.users)} named user(s)"
+
+
+class ApprovalDecision(models.Model):
+    """One user's decision on an approval (at most one each)."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="decisions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    username = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
+    approved = models.BooleanField()
+    comment = models.TextField(blank=True, default="")
+    at = models.DateTimeField(db_default=Now())
+    link = models.CharField(max_length=64, null=True, blank=True, help_text="The e-mailed link it came by.")
+
+    class Meta:
+        db_table = "durable_approval_decision"
+        ordering = ["approval", "at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "user"], name="durable_approval_one_per_user"),
+            # An e-mailed link decides once.
+            models.UniqueConstraint(fields=["link"], condition=Q(link__isnull=False), name="durable_approval_link_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'approved' if self.approved else 'rejected'} by {self.username}"
 
 
 class Schedule(models.Model):
@@ -768,6 +842,8 @@ class WorkflowEvent(models.Model):
         ATTEMPT_ENDED = "attempt_ended", "Attempt ended"
         RECOVERED = "recovered", "Advance given back"
         BLOCKED = "blocked", "Blocked: the code changed"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(db_default=Now())

@@ -98,6 +98,9 @@ class _Session:
     def take_stored_event(self, key, name, match, since):
         return None
 
+    def open_approval(self, key, *args):
+        raise _Frontier(key)
+
     def start_child(self, *args, **kwargs):
         raise _Frontier("child")
 
@@ -169,7 +172,7 @@ def _recorded_failure(exc, journal) -> bool:
     if key is not None:
         entry = journal.get(key)
         return entry is not None and entry.status == "failed"
-    return any(e.status == "failed" and e.kind in ("signal", "event") for e in journal.values())
+    return any(e.status == "failed" and e.kind in ("signal", "event", "approval") for e in journal.values())
 
 
 def check_replay(*, since: dt.timedelta | None = None, workflow: str | None = None, db: str | None = None):

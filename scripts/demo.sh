@@ -44,7 +44,8 @@ cat <<TXT
 
   django-durable demo is running.
 
-  Example runs:   http://127.0.0.1:$PORT/   (approve or reject the waiting refund there)
+  Example runs:   http://127.0.0.1:$PORT/   (log in, then approve or reject the waiting refund there)
+  Approval inbox: http://127.0.0.1:$PORT/admin/django_durable/approval/
   Operator admin: http://127.0.0.1:$PORT/admin/django_durable/overview/
   REST API:       http://127.0.0.1:$PORT/api/durable/workflows/   (schema: .../api/durable/schema/)
   Log in as:      demo / demo

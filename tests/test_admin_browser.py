@@ -196,3 +196,33 @@ def test_the_admin_reads_right_at_1440_pixels(browser, live_server, django_user_
             assert not scrolls, text
         assert browser.execute_script("return document.documentElement.scrollWidth") <= inner
     assert '"42.00"' in browser.find_element(By.ID, "durable-steps").text  # the money step's result
+
+
+def test_an_approver_decides_from_the_approval_inbox(browser, live_server, django_user_model):
+    from django.contrib.auth.models import Permission
+    from selenium.webdriver.common.by import By
+
+    ann = django_user_model.objects.create_user("ann", "ann@example.com", "a-long-password", is_staff=True)
+    ann.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="testapp"))
+    run = durable.start("tests.refund_approval", 25)
+    drain()
+
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/django_durable/approval/")
+    browser.find_element(By.NAME, "username").send_keys("ann")
+    browser.find_element(By.NAME, "password").send_keys("a-long-password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Approvals waiting for you"
+    inbox = browser.find_element(By.ID, "durable-approvals").text
+    assert "Refund 25 EUR?" in inbox and "0 of 1" in inbox
+    browser.find_element(By.LINK_TEXT, "Decide").click()
+    assert '"amount": 25' in browser.find_element(By.ID, "durable-approval-data").text
+    browser.find_element(By.ID, "id_comment").send_keys("within the limit")
+    screenshot(browser, "approval.png")
+    browser.find_element(By.CSS_SELECTOR, "button[value=approve]").click()
+    assert "Approved: Refund 25 EUR?." in browser.find_element(By.CSS_SELECTOR, ".messagelist").text
+    assert "Nothing waits for your decision." in browser.find_element(By.ID, "durable-approvals").text
+    drain()
+    decided = WorkflowRun.objects.get(pk=run.pk)
+    assert decided.status == "completed" and decided.get_result()["by"] == ["ann"]
+    event = WorkflowEvent.objects.get(run=run, type="approved")
+    assert (event.actor, event.message) == ("ann", "within the limit")

@@ -55,10 +55,14 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
         assert page.count("<td>completed</td>") == 4, output
         assert page.count("<td>waiting</td>") == 1  # the refund waits for a person
 
-        # Approve it through the page's form, as a visitor would.
+        # A visitor may not decide: the page asks to log in. The demo user (who may approve refunds)
+        # logs in, and approves it through the page's form.
         jar = http.cookiejar.CookieJar()
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         page = browser.open(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+        assert "to decide refunds" in page and '<form method="post"' not in page
+        page = log_in(browser, port, "/")
+        assert "Refund 23.00 to " in page
         action = re.search(r'<form method="post" action="([^"]+)">', page).group(1)
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
         body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "decision": "approve"}).encode()
@@ -74,13 +78,7 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
         assert f"http://127.0.0.1:{port}/admin/django_durable/overview/" in output
 
         # The operator's overview, logged in as the demo user: the demo's worker reports itself.
-        login = f"http://127.0.0.1:{port}/admin/login/?next=/admin/django_durable/overview/"
-        form = browser.open(login, timeout=5).read().decode()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "demo", "password": "demo",
-                                       "next": "/admin/django_durable/overview/"}).encode()
-        overview = browser.open(urllib.request.Request(login, data=body, headers={"Referer": login}),
-                                timeout=5).read().decode()
+        overview = log_in(browser, port, "/admin/django_durable/overview/")
         assert "Runs by queue" in overview and re.search(r"[1-9] live", overview)
         assert 'class="durable-banner"' not in overview
         # The API, with the demo user's credentials as the README's curl lines use them.
@@ -106,3 +104,13 @@ def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):
         except ProcessLookupError:
             pass
         log.close()
+
+
+def log_in(browser, port, next_path: str) -> str:
+    """Log in as the demo user through the admin's form; return the page it goes on to."""
+    login = f"http://127.0.0.1:{port}/admin/login/?next={next_path}"
+    form = browser.open(login, timeout=5).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+    body = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "demo", "password": "demo",
+                                   "next": next_path}).encode()
+    return browser.open(urllib.request.Request(login, data=body, headers={"Referer": login}), timeout=5).read().decode()

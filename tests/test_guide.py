@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since"}
+    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval"}
 
 
 def test_input_validation_refuses_bad_input_and_stores_nothing(capsys):
@@ -140,3 +140,19 @@ def test_an_event_emitted_before_the_run_started_is_taken_with_since():
     drain()
     run = WorkflowRun.objects.get(pk=namespace["run"].pk)
     assert (run.status, run.get_result()) == ("completed", "19.90")
+
+
+def test_an_approval_is_decided_by_a_user_with_the_permission(django_user_model):
+    from django.contrib.auth.models import Permission
+
+    run_example("approval", refund_payment=recorded("refund_payment"))
+    approver = django_user_model.objects.create_user("ann", "ann@example.com", "a-long-password")
+    approver.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="orders"))
+    approver = django_user_model.objects.get(pk=approver.pk)
+    run = durable.start("shop.refund_approval", 42, "19.90")
+    drain()
+    [approval] = durable.approvals_for(approver)
+    assert approval.message == "Refund 19.90 for order 42?"
+    durable.decide(run.pk, "approval", approver, approve=True)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == "refunded, approved by ann"

@@ -5,4 +5,4 @@ items, timers, workers and the audit trail. Status, lease and journal fields are
 here: every change goes through the service functions, behind its own permission.
 """
 
-from . import definitions, overview, pool, runs, schedules  # noqa: F401 - registering the ModelAdmins
+from . import approvals, definitions, overview, pool, runs, schedules  # noqa: F401 - registering the ModelAdmins

@@ -16,14 +16,13 @@ from rest_framework.views import exception_handler
 
 from .. import conf
 from ..exceptions import (
-    InvalidTransition,
+    DurableError,
     InvalidArguments,
     InvalidInput,
+    InvalidTransition,
     NotSerializable,
     PayloadTooLarge,
     RunFinished,
-    StepNotFound,
-    WorkflowNotFound,
 )
 
 logger = logging.getLogger("django_durable.api")
@@ -87,7 +86,7 @@ def translate(exc: Exception) -> Exception:
         return Conflict(f"The run already ended {exc.status}.", code="run_finished")
     if isinstance(exc, InvalidTransition):
         return Conflict(str(exc), code="invalid_transition")
-    if isinstance(exc, (WorkflowNotFound, StepNotFound)):
+    if isinstance(exc, LookupError) and isinstance(exc, DurableError):  # no such run, step or approval
         return exceptions.NotFound("Not found.", code="not_found")
     if isinstance(exc, PayloadTooLarge):
         return TooLarge(str(exc))

@@ -290,3 +290,31 @@ class ErrorBodySerializer(serializers.Serializer):
     """Every error response: {"error": {"code": ..., "message": ..., "fields": {...}}}."""
 
     error = serializers.DictField(help_text="code (stable), message, and for invalid input the fields")
+
+
+class DecisionSerializer(serializers.Serializer):
+    user = serializers.CharField(source="username")
+    approved = serializers.BooleanField()
+    comment = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+
+class ApprovalSerializer(serializers.Serializer):
+    """An approval a run waits for (ctx.wait_for_approval), as its approvers see it."""
+
+    run = serializers.UUIDField(source="run_id")
+    workflow = serializers.CharField(source="run.workflow")
+    key = serializers.CharField()
+    message = serializers.CharField(allow_blank=True, help_text="What the approvers are asked.")
+    data = serializers.JSONField(help_text="The context the workflow gave with the question.")
+    approvers = serializers.CharField(help_text="Who may decide, as a person reads it.")
+    quorum = serializers.IntegerField(help_text="How many different users must approve.")
+    status = serializers.ChoiceField(choices=["pending", "approved", "rejected"])
+    created_at = serializers.DateTimeField()
+    deadline_at = serializers.DateTimeField(allow_null=True)
+    decisions = DecisionSerializer(many=True, source="decisions.all")
+
+
+class DecideSerializer(StrictSerializer):
+    approve = serializers.BooleanField(help_text="true approves, false rejects.")
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)

@@ -15,6 +15,9 @@ router.register("schedules", views.ScheduleViewSet, basename="schedule")
 urlpatterns = [
     *router.urls,
     re_path(r"^events/(?P<name>[^/]{1,200})/$", views.EventView.as_view(), name="event"),
+    re_path(r"^approvals/$", views.ApprovalView.as_view(), name="approvals"),
+    re_path(rf"^workflows/(?P<pk>{views.UUID})/approvals/(?P<key>[^/]{{1,255}})/$", views.DecisionView.as_view(),
+            name="decide"),
     re_path(r"^schema/$", views.SchemaView.as_view(), name="schema"),
     # Anything else here (a malformed id, say) is a JSON 404, answered without a query.
     re_path(r"^.*$", errors.not_found),

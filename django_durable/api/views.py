@@ -29,6 +29,8 @@ from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
 from .serializers import (
+    ApprovalSerializer,
+    DecideSerializer,
     DefinitionSerializer,
     ErrorBodySerializer,
     EventSentSerializer,
@@ -329,6 +331,44 @@ class EventView(DurableView, APIView):
         data = _valid(EventSerializer, request)
         delivered = services.emit_event(name, data.get("payload"))
         return Response(EventSentSerializer({"name": name, "delivered": delivered}).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ApprovalView(DurableView, APIView):
+    """Approvals (ctx.wait_for_approval): those the user may decide now, and their decisions.
+
+    Who may decide is the approval's own rule (a permission, a group, listed users), checked for
+    each decision; beyond DURABLE_API_PERMISSION_CLASSES no model permission is needed.
+    """
+
+    def get_permissions(self):
+        return configured_permissions()
+
+    @document(responses={200: ApprovalSerializer(many=True), **errors_for()})
+    def get(self, request):
+        """The approvals waiting for this user's decision, oldest first."""
+        from ..services import approvals
+
+        return Response(ApprovalSerializer(approvals.approvals_for(request.user), many=True).data)
+
+
+class DecisionView(DurableView, APIView):
+    """Approve or reject an approval a run waits for, as the logged-in user."""
+
+    throttle_scopes = {"decide": "signal"}
+    action = "decide"
+
+    def get_permissions(self):
+        return configured_permissions()
+
+    @document(request=DecideSerializer, responses={200: ApprovalSerializer, **errors_for(404, 409, 429)})
+    def post(self, request, pk, key):
+        """Decide the approval `key` of run `pk`: 403 unless the user is one of its approvers, 409 once
+        it is settled, expired, or decided by this user."""
+        from ..services import approvals
+
+        data = _valid(DecideSerializer, request)
+        approval = approvals.decide(pk, key, request.user, approve=data["approve"], comment=data["comment"])
+        return Response(ApprovalSerializer(approval).data)
 
 
 class ScheduleViewSet(DurableView, viewsets.GenericViewSet):

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import clock, conf, faults, serialization
-from ..exceptions import Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
+from ..exceptions import ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
 from .composition import Composition, current_step
@@ -289,6 +289,8 @@ class Context(Waits, Composition, Flow):
     def _replay_final(self, key: str, entry: StepRecord) -> Any:
         if entry.status == "failed":
             error = serialization.decode(entry.error)
+            if entry.kind == "approval":
+                raise ApprovalTimeout(error.get("message", ""))
             if entry.kind in ("signal", "event"):
                 raise SignalTimeout(error.get("message", ""))
             raise StepFailed(key, error, attempts=entry.attempts)

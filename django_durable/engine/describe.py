@@ -146,6 +146,12 @@ class Recorder:
         self.nodes.append(node)
         return Unknown(f"event {name}")
 
+    def wait_for_approval(self, key, *, approvers, timeout=None, quorum=1, message="", data=None):
+        node = {"type": "approval", "key": str(key), "approvers": _approvers_text(approvers),
+                "quorum": quorum if type(quorum) is int else "?"}
+        self.nodes.append({**node, **({"timeout": True} if timeout else {})})
+        return Unknown(f"approval {key}")
+
     # -- branching and telling ----------------------------------------------------------------------
 
     def switch(self, key, value, branches, default=None):
@@ -273,3 +279,15 @@ def _name(fn) -> str:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
     return f"{module}.{name}" if module else name
 
+
+
+def _approvers_text(approvers) -> str:
+    """Who may decide an approval, for a shape: the permission or group, or "users"."""
+    try:
+        from ..services.approvals import approvers_spec
+
+        spec = approvers_spec(approvers)
+    except (ValueError, TypeError):
+        return "?"
+    kind, value = next(iter(spec.items()))
+    return f"{kind} {value}" if isinstance(value, str) else f"{len(value)} users"

@@ -82,12 +82,21 @@ class Session:
         for index, message in enumerate(self.messages):
             if message.kind != kind:
                 continue
-            if (kind == "signal" and message.name == name) or (kind == "event" and message.target_key == key):
+            if (kind == "signal" and message.name == name) or (kind != "signal" and message.target_key == key):
                 if before is not None and _as_datetime(message.created_at) > before:
                     continue
                 del self.messages[index]
                 return message.id, message.payload
         return None
+
+    def open_approval(self, key: str, spec: dict, quorum: int, message: str, data: str, deadline) -> None:
+        """Store the approval the wait `key` asks for (services.approvals.open_approval; idempotent)."""
+        from ..services.approvals import open_approval
+
+        try:
+            open_approval(self.claim.run_id, key, spec, quorum, message, data, deadline, self.db)
+        except DatabaseError as exc:
+            raise DatabaseUnavailable(str(exc)) from exc
 
     def take_stored_event(self, key: str, name: str, match: str, since) -> tuple[int, str] | None:
         """A kept event `name` emitted before the wait `key` began that fits its `match` (JSON),

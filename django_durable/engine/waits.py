@@ -8,7 +8,7 @@ from typing import Any
 from django.utils import timezone
 
 from .. import clock, serialization
-from ..exceptions import SignalTimeout
+from ..exceptions import ApprovalTimeout, SignalTimeout
 from ..interrupts import Suspend
 
 
@@ -59,6 +59,28 @@ class Waits:
         match_text = serialization.encode(match or {}, what="event match")
         return self._wait(key, "event", name, timeout=_timeout(timeout), match=match_text, since=since)
 
+    def wait_for_approval(self, key: str, *, approvers, timeout: float | dt.timedelta | None = None, quorum: int = 1,
+                          message: str = "", data: dict | None = None) -> dict:
+        """Wait for people to approve or reject; return {"approved": bool, "by": [...], "decisions": [...]}.
+
+        `approvers` says who may decide: a permission (``"orders.approve_refund"``), a Group or
+        ``{"group": name}``, or a list of users (or their primary keys). `quorum` different users
+        must approve; one rejection rejects. `message` and `data` (JSON) are what the approvers
+        see in the admin's approval inbox, the e-mailed link's page and the API. Each decision
+        is in the run's audit trail with its user. Raise ApprovalTimeout if `timeout` passes
+        first. See django_durable.services.approvals.
+        """
+        from ..services.approvals import approvers_spec
+
+        spec = approvers_spec(approvers)
+        if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= 100:
+            raise ValueError(f"quorum must be a whole number from 1 to 100, not {quorum!r}.")
+        if "users" in spec and quorum > len(spec["users"]):
+            raise ValueError(f"quorum={quorum} but only {len(spec['users'])} user(s) may decide.")
+        data_text = serialization.encode(data or {}, what="approval data")
+        opening = (spec, quorum, str(message)[:2000], data_text)
+        return self._wait(key, "approval", key, timeout=_timeout(timeout), approval=opening)
+
     @property
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel this run; a long step may check it to stop early."""
@@ -72,7 +94,7 @@ class Waits:
         self._counters[counter] = count + 1
         return f"{kind}:{name}:{count}"
 
-    def _wait(self, key, kind, name, *, until=None, timeout=None, match=None, since=None) -> Any:
+    def _wait(self, key, kind, name, *, until=None, timeout=None, match=None, since=None, approval=None) -> Any:
         self._claim_key(key)
         entry = self._journal.get(key)
         if entry is not None:
@@ -105,13 +127,19 @@ class Waits:
                 self._record(key, name, "completed", None, None, now, 1, kind=kind, deadline=deadline,
                              derivable=True)
                 return None
-            exc = SignalTimeout(f"No {kind} {name!r} arrived by {deadline:%Y-%m-%d %H:%M:%S} UTC.")
+            exc = (ApprovalTimeout(f"Nobody decided the approval {name!r} by {deadline:%Y-%m-%d %H:%M:%S} UTC.")
+                   if kind == "approval" else
+                   SignalTimeout(f"No {kind} {name!r} arrived by {deadline:%Y-%m-%d %H:%M:%S} UTC."))
             error = serialization.dumps_error(exc)
             self._record(key, name, "failed", None, error, now, 1, kind=kind, deadline=deadline)
             raise exc
         self._stop_if_cancelled()
         timers = []
         if entry is None:
+            if approval is not None:
+                # Earlier checkpoints first: the approval is asked of people, an effect.
+                self._session.before_step(key)
+                self._session.open_approval(key, *approval, deadline)
             self._record(key, name, "waiting", None, None, now, 1, kind=kind, deadline=deadline, match=match)
             if kind == "event":
                 self._session.event_waits[key] = (name, match, since)
@@ -126,6 +154,8 @@ def _waiting_on(kind, name, deadline, match) -> str:
         return f"sleep {name!r}{until}"
     if kind == "signal":
         return f"signal {name!r}{until}"
+    if kind == "approval":
+        return f"approval {name!r}{until}"
     matching = f" matching {match}" if match and match != "{}" else ""
     return f"event {name!r}{matching}{until}"
 

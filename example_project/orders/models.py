@@ -9,6 +9,10 @@ class Order(models.Model):
     status = models.CharField(max_length=20, default="new")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        # Who may approve a refund (orders.approve_refund waits for one of them).
+        permissions = [("approve_refund", "Can approve refunds")]
+
     def __str__(self):
         return f"Order {self.pk} for {self.customer} ({self.status})"
 

@@ -1,6 +1,8 @@
-"""The example's pages: the latest runs, and the decision a refund approval waits for."""
+"""The example's pages: the latest runs, and the refund approvals the logged-in user may decide."""
 
 from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -15,20 +17,24 @@ def home(request):
     for run in runs:  # values as people read them: a Decimal is "42.00", not its stored form
         run.outcome = serialization.display_text(run.result) if run.result is not None else \
             serialization.error_parts(run.error, limit=80)
-    awaiting = WorkflowRun.objects.filter(workflow="orders.approve_refund", status="waiting")[:10]
+    awaiting = durable.approvals_for(request.user) if request.user.is_authenticated else []
     return render(request, "orders/home.html", {"runs": runs, "awaiting": awaiting})
 
 
 @require_POST
 def decide(request, run_id):
+    """Approve or reject a refund as the logged-in user, who must hold orders.approve_refund."""
+    if not request.user.is_authenticated:
+        return redirect_to_login("/", login_url="/admin/login/")
     approved = request.POST.get("decision") == "approve"
-    who = request.user.get_username() if request.user.is_authenticated else "a visitor"
     try:
-        durable.signal(run_id, "decision", {"approved": approved, "by": who})
-    except durable.WorkflowNotFound:
-        raise Http404("No such run.") from None
-    except durable.RunFinished as finished:
-        messages.warning(request, f"That run already ended {finished.status}.")
+        durable.decide(run_id, "approval", request.user, approve=approved, comment=request.POST.get("comment", ""))
+    except PermissionDenied:
+        messages.error(request, "You may not approve refunds.")
+    except LookupError:
+        raise Http404("No refund waits for a decision there.") from None
+    except durable.DurableError as refused:
+        messages.warning(request, str(refused))
     else:
         messages.success(request, f"Refund {'approved' if approved else 'rejected'}.")
     return redirect("home")

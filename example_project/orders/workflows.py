@@ -72,16 +72,20 @@ def refund(order_id, amount):
 
 @durable.workflow("orders.approve_refund")
 def approve_refund(ctx: durable.Context, order_id: int, amount: str) -> dict:
-    """Wait for a person to approve a refund (the RFC's "wait for user confirmation")."""
-    ctx.step("load", load_order, order_id)
+    """Wait for a person allowed to approve refunds to decide (the RFC's "wait for user confirmation")."""
+    order = ctx.step("load", load_order, order_id)
     try:
-        decision = ctx.wait_for_signal("decision", timeout=timedelta(days=2))
-    except durable.SignalTimeout:
+        decision = ctx.wait_for_approval(
+            "approval", approvers="orders.approve_refund", timeout=timedelta(days=2),
+            message=f"Refund {amount} to {order['customer']} (order {order_id})?",
+            data={"order": order_id, "customer": order["customer"], "amount": amount},
+        )
+    except durable.ApprovalTimeout:
         return {"refunded": False, "reason": "nobody decided within two days"}
-    if not decision.get("approved"):
-        return {"refunded": False, "reason": f"rejected by {decision.get('by', 'someone')}"}
+    if not decision["approved"]:
+        return {"refunded": False, "reason": f"rejected by {', '.join(decision['by'])}"}
     ctx.step("refund", refund, order_id, amount, atomic=True)
-    return {"refunded": True, "approved_by": decision.get("by")}
+    return {"refunded": True, "approved_by": decision["by"]}
 
 
 def create_demo_order(customer: str, total: str) -> Order:

@@ -8,3 +8,6 @@ class Payment(models.Model):
 
     run_id = models.UUIDField()
     amount = models.IntegerField()
+
+    class Meta:
+        permissions = [("approve_refund", "Can approve refunds")]  # wait_for_approval's approvers

@@ -735,3 +735,15 @@ def charges_twice(ctx, order_id):
     ctx.wait_for_signal("shipped")
     ctx.step("receipt", mark, ctx.run_id, "receipt")
     return cents
+
+
+@durable.workflow("tests.refund_approval")
+def refund_approval(ctx, amount, approvers="testapp.approve_refund", quorum=1, timeout=None):
+    """Waits for people to approve a refund (ctx.wait_for_approval); a timeout gives {"approved": None}."""
+    try:
+        decision = ctx.wait_for_approval("refund", approvers=approvers, quorum=quorum, timeout=timeout,
+                                         message=f"Refund {amount} EUR?", data={"amount": amount})
+    except durable.ApprovalTimeout:
+        return {"approved": None}
+    ctx.step("after", mark, ctx.run_id, "after")
+    return decision
