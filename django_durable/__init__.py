@@ -36,6 +36,7 @@ from .exceptions import (
     StepFailed,
     StepNotFound,
     StepTimeout,
+    SubjectBusy,
     WaitTimeout,
     WorkflowFailed,
     WorkflowNotFound,
@@ -69,6 +70,7 @@ __all__ = [
     "StepInfo",
     "StepNotFound",
     "StepTimeout",
+    "SubjectBusy",
     "WaitTimeout",
     "WorkflowFailed",
     "WorkflowNotFound",
@@ -89,6 +91,7 @@ __all__ = [
     "release_claim",
     "retry_rollback",
     "retry_run",
+    "runs_for",
     "signal",
     "skip_step",
     "start",
@@ -108,6 +111,7 @@ _LAZY = {
     for name in (
         "start", "start_many", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
         "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim", "recover",
+        "runs_for",
     )
 }
 

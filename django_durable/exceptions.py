@@ -130,6 +130,14 @@ class ApprovalTimeout(SignalTimeout):
     """Nobody settled a ``ctx.wait_for_approval()`` before its timeout."""
 
 
+class SubjectBusy(DurableError):
+    """A one_at_a_time workflow already has an unfinished run for this subject; `run_id` names it."""
+
+    def __init__(self, message: str, run_id=None):
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class Cancelled(DurableError):
     """The run was cancelled (recorded as its error, with the reason given)."""
 

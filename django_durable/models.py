@@ -8,6 +8,7 @@ import time
 import uuid
 
 from django.conf import settings
+from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import RawSQL
@@ -164,6 +165,15 @@ class WorkflowRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The model row the run is about (start(..., subject=order)): a generic relation, so deleting
+    # the row leaves its runs (their `subject` is then None; `subject_label` still names it).
+    subject_type = models.ForeignKey("contenttypes.ContentType", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    subject = GenericForeignKey("subject_type", "subject_id")
+    subject_label = models.CharField(max_length=200, null=True, blank=True, help_text="str() of the subject at start.")
+    # Set for a one_at_a_time workflow's run: "<content type>:<pk>", unique among its unfinished runs.
+    subject_lock = models.CharField(max_length=300, null=True, blank=True, editable=False)
 
     objects = WorkflowRunQuerySet.as_manager()
 
@@ -178,6 +188,14 @@ class WorkflowRun(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="durable_run_idempotency_key",
             ),
+            # one_at_a_time: at most one unfinished run of a workflow per subject, decided by the
+            # database (two concurrent starts cannot both pass a check).
+            models.UniqueConstraint(
+                fields=["workflow", "subject_lock"],
+                condition=Q(subject_lock__isnull=False) & ~Q(status__in=[
+                    "completed", "failed", "cancelled", "timed_out", "compensation_failed"]),
+                name="durable_run_one_at_a_time",
+            ),
         ]
         indexes = [
             models.Index(fields=["status", "-created_at"], name="durable_run_status"),
@@ -185,6 +203,9 @@ class WorkflowRun(models.Model):
             # The admin's run list, newest first, and the overview's recent outcomes.
             models.Index(fields=["-created_at"], name="durable_run_created"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="durable_run_finished"),
+            # durable.runs_for(obj) and the runs shown on a model's admin page.
+            models.Index(fields=["subject_type", "subject_id", "-created_at"], condition=Q(subject_id__isnull=False),
+                         name="durable_run_subject"),
         ]
         permissions = [
             ("view_payload_workflowrun", "Can view the inputs, results and errors of workflow runs"),

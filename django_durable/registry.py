@@ -35,6 +35,7 @@ class WorkflowDefinition:
     compensate_on_cancel: bool = False
     schedule: str | dict | None = None
     input: Any = None  # a DRF Serializer class, or a callable: validates a run's input (validated())
+    one_at_a_time: bool = False  # at most one unfinished run per subject (start(..., subject=obj))
 
     kind = "workflow"  # or "task": a django.tasks task (tasks.TaskDefinition)
 
@@ -134,6 +135,7 @@ def workflow(
     compensate_on_cancel: bool = False,
     schedule: str | dict | None = None,
     input: Any = None,
+    one_at_a_time: bool = False,
 ):
     """Register a function as a workflow and return it unchanged.
 
@@ -148,7 +150,9 @@ def workflow(
     expression, or a dict of ensure_schedule() options) declares a schedule named after the
     workflow, created by ``manage.py durable schedules sync`` and by every worker at start-up.
     `input` (a DRF Serializer class, or a callable) validates a run's input before anything is
-    stored, wherever it is started from (WorkflowDefinition.validated()).
+    stored, wherever it is started from (WorkflowDefinition.validated()). With `one_at_a_time`,
+    a run started for a subject (``start(..., subject=order)``) while another run of this
+    workflow for the same subject is unfinished is refused (durable.SubjectBusy).
     """
     if callable(name):
         return workflow()(name)
@@ -166,6 +170,7 @@ def workflow(
             compensate_on_cancel=compensate_on_cancel,
             schedule=schedule,
             input=input,
+            one_at_a_time=bool(one_at_a_time),
         )
         register(definition)
         fn.durable_workflow = definition

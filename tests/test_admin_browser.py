@@ -226,3 +226,24 @@ def test_an_approver_decides_from_the_approval_inbox(browser, live_server, djang
     assert decided.status == "completed" and decided.get_result()["by"] == ["ann"]
     event = WorkflowEvent.objects.get(run=run, type="approved")
     assert (event.actor, event.message) == ("ann", "within the limit")
+
+
+def test_a_rows_runs_show_on_its_own_admin_page(browser, live_server, django_user_model):
+    from selenium.webdriver.common.by import By
+
+    from tests.testapp.models import Ticket
+
+    django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password")
+    ticket = Ticket.objects.create(title="printer on fire")
+    run = durable.start("tests.ticket_flow", ticket.pk, subject=ticket)
+    drain()
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/testapp/ticket/{ticket.pk}/change/")
+    browser.find_element(By.NAME, "username").send_keys("ops")
+    browser.find_element(By.NAME, "password").send_keys("a-long-password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    inline = browser.find_element(By.CSS_SELECTOR, "#durable-workflowrun-content_type-object_id-group, .inline-group")
+    assert "WORKFLOW RUNS" in inline.text.upper() and "tests.ticket_flow" in inline.text and "waiting" in inline.text
+    assert "triage" in inline.text and "1 of 2" in inline.text
+    screenshot(browser, "subject-runs.png")
+    inline.find_element(By.LINK_TEXT, run.short_id).click()
+    assert run.short_id in browser.find_element(By.TAG_NAME, "h1").text

@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval"}
+    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval", "subject"}
 
 
 def test_input_validation_refuses_bad_input_and_stores_nothing(capsys):
@@ -156,3 +156,16 @@ def test_an_approval_is_decided_by_a_user_with_the_permission(django_user_model)
     durable.decide(run.pk, "approval", approver, approve=True)
     drain()
     assert WorkflowRun.objects.get(pk=run.pk).get_result() == "refunded, approved by ann"
+
+
+def test_runs_of_a_model_instance_one_at_a_time():
+    from example_project.orders.models import Order
+
+    namespace = run_example("subject", Order=Order, handle_order=recorded("handle_order"))
+    order, run = namespace["order"], namespace["run"]
+    assert [r.pk for r in namespace["durable"].runs_for(order)] == [run.pk]
+    with pytest.raises(durable.SubjectBusy):
+        durable.start("orders.handle", order.pk, subject=order)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    durable.start("orders.handle", order.pk, subject=order)  # the first one finished

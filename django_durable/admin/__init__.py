@@ -6,3 +6,6 @@ here: every change goes through the service functions, behind its own permission
 """
 
 from . import approvals, definitions, overview, pool, runs, schedules  # noqa: F401 - registering the ModelAdmins
+from .subjects import DurableRunsInline, DurableSubjectAdmin
+
+__all__ = ["DurableRunsInline", "DurableSubjectAdmin"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from .. import clock, conf, registry, serialization, workpool
 from ..workpool import cancelling, evidence
@@ -108,7 +108,13 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
             return run
         check_restartable(run, db)
         previous = run.status
-        restart(run, db)
+        try:
+            with transaction.atomic(using=db):
+                restart(run, db)
+        except IntegrityError:  # durable_run_one_at_a_time: another run holds its subject now
+            raise InvalidTransition(
+                f"Workflow run {pk} cannot go again while another run of {run.workflow} for its subject "
+                f"({run.subject_label or run.subject_id}) is unfinished.") from None
         audit.record(pk, EventType.RETRIED, by=by, data={"from": previous}, db=db)
     run.refresh_from_db()
     return run

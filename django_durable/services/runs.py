@@ -32,6 +32,7 @@ def start(
     run_at: dt.datetime | None = None,
     delay: dt.timedelta | float | None = None,
     concurrency_key: str | None = None,
+    subject: Any = None,
     **kwargs: Any,
 ) -> WorkflowRun:
     """Create a run of `workflow` with these arguments and return it (a WorkflowRun).
@@ -41,12 +42,14 @@ def start(
     returns the first run instead of creating another (decided by a unique constraint). With
     `run_at` (an aware datetime) or `delay` (a timedelta or seconds) the run exists at once,
     ``pending``, and starts at that time. Runs with one `concurrency_key` (a tenant, a user) share
-    their queue's ``key_concurrency`` (DURABLE_QUEUES). Raise WorkflowNotFound for an unregistered workflow,
-    NotSerializable or PayloadTooLarge for arguments that cannot be stored, ValueError for a bad
-    option; nothing is written then.
+    their queue's ``key_concurrency`` (DURABLE_QUEUES). `subject` (a saved model instance) is what
+    the run is about: runs_for(obj) finds its runs, and its admin page can show them. Raise
+    WorkflowNotFound for an unregistered workflow, NotSerializable or PayloadTooLarge for arguments
+    that cannot be stored, ValueError for a bad option, SubjectBusy for a second unfinished run of
+    a one_at_a_time workflow for one subject; nothing is written then.
     """
     return start_run(workflow, args, kwargs, idempotency_key=idempotency_key, queue=queue, priority=priority,
-                     run_at=run_at, delay=delay, concurrency_key=concurrency_key)
+                     run_at=run_at, delay=delay, concurrency_key=concurrency_key, subject=subject)
 
 
 def start_many(workflow: str | Callable, calls, /, *, queue: str | None = None,
@@ -75,6 +78,7 @@ def start_run(
     delay: dt.timedelta | float | None = None,
     by: str | None = None,
     concurrency_key: str | None = None,
+    subject: Any = None,
 ) -> WorkflowRun:
     """start() with the arguments as a list and a dict, for callers that hold them as data.
 
@@ -98,15 +102,30 @@ def start_run(
         run_at = clock.database_now(conf.get("DATABASE")) + dt.timedelta(seconds=seconds)
     if by is None:
         return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                          priority=priority, run_at=run_at, concurrency_key=concurrency_key)
+                          priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
     from . import audit
 
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                         priority=priority, run_at=run_at, concurrency_key=concurrency_key)
+                         priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
         audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
     return run
+
+
+def runs_for(subject, *, workflow: str | Callable | None = None):
+    """The runs started for `subject` (a model instance), newest first, as a WorkflowRun queryset;
+    with `workflow`, only that workflow's."""
+    from django.contrib.contenttypes.models import ContentType
+
+    db = conf.get("DATABASE")
+    if getattr(subject, "_meta", None) is None or subject.pk is None:
+        raise ValueError(f"runs_for() takes a saved model instance, not {subject!r}.")
+    runs = WorkflowRun.objects.using(db).filter(
+        subject_type=ContentType.objects.db_manager(db).get_for_model(subject), subject_id=str(subject.pk))
+    if workflow is not None:
+        runs = runs.filter(workflow=registry.get(workflow).name)
+    return runs.order_by("-created_at")
 
 
 def get_run(run_id) -> WorkflowRun:

@@ -9,21 +9,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
 from .. import clock, conf, serialization
+from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
 from . import notify, postgres, queries
 
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
-               run_id=None, parent_id=None, run_at=None, detached=False, concurrency_key=None) -> WorkflowRun:
+               run_id=None, parent_id=None, run_at=None, detached=False, concurrency_key=None,
+               subject=None) -> WorkflowRun:
     """Validate and store a run of `definition` with its work item (and deadline); return it.
 
     A run with a given `run_id` that exists already is returned as it is: a child's id is
     derived from its parent, so starting it again changes nothing. A run with `run_at` waits
-    for a timer to start it.
+    for a timer to start it. `subject` (a saved model instance) is what the run is about.
     """
     args, kwargs = definition.validated(args, kwargs)
     text = serialization.encode(
@@ -47,15 +49,22 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         detached=detached,
         scheduled_at=run_at,
         waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None else "",
+        **_subject_fields(definition, subject),
     )
     if run_id is not None:
         run.id = run_id
     elif idempotency_key is None and run_at is None and parent_id is None and definition.timeout is None \
-            and connections[db].vendor == "postgresql":
+            and subject is None and connections[db].vendor == "postgresql":
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:
-            run.save(force_insert=True, using=db)
+            try:
+                with transaction.atomic(using=db):
+                    run.save(force_insert=True, using=db)
+            except IntegrityError:
+                if run.subject_lock is None:
+                    raise
+                raise _busy(definition, run, db) from None
         else:
             # ON CONFLICT DO NOTHING: of two concurrent starts with one key (or id), the second
             # waits for the first to commit and then inserts nothing; both read back one row.
@@ -65,7 +74,10 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                 if WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).exists():
                     return existing  # created before, with its work item, in one transaction
             else:
-                existing = WorkflowRun.objects.using(db).get(workflow=definition.name, idempotency_key=idempotency_key)
+                existing = WorkflowRun.objects.using(db).filter(
+                    workflow=definition.name, idempotency_key=idempotency_key).first()
+                if existing is None:  # the insert met another unique rule: one_at_a_time
+                    raise _busy(definition, run, db)
                 if existing.pk != run.pk:
                     existing.created_now = False  # the first start's run (the API answers 200, not 201)
                     return existing
@@ -82,6 +94,31 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
             set_deadline(run, definition.timeout, db, run_at)
         notify(db)
     return run
+
+
+def _subject_fields(definition, subject) -> dict:
+    """The run's subject columns for `subject` (a saved model instance, or None)."""
+    if subject is None:
+        return {}
+    pk = getattr(subject, "pk", None)
+    meta = getattr(subject, "_meta", None)
+    if meta is None or pk is None:
+        raise ValueError(f"subject must be a saved model instance, not {subject!r}.")
+    from django.contrib.contenttypes.models import ContentType
+
+    content_type = ContentType.objects.db_manager(conf.get("DATABASE")).get_for_model(subject)
+    return {
+        "subject_type": content_type, "subject_id": str(pk), "subject_label": str(subject)[:200],
+        "subject_lock": f"{content_type.pk}:{pk}" if definition.one_at_a_time else None,
+    }
+
+
+def _busy(definition, run: WorkflowRun, db: str) -> SubjectBusy:
+    holder = WorkflowRun.objects.using(db).filter(workflow=definition.name, subject_lock=run.subject_lock) \
+        .exclude(status__in=WorkflowRun.TERMINAL).values_list("pk", flat=True).first()
+    return SubjectBusy(
+        f"Workflow {definition.name!r} runs one at a time per subject, and {run.subject_label or run.subject_id} "
+        f"already has an unfinished run{f' ({holder})' if holder else ''}.", run_id=holder)
 
 
 def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:

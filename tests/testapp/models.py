@@ -11,3 +11,12 @@ class Payment(models.Model):
 
     class Meta:
         permissions = [("approve_refund", "Can approve refunds")]  # wait_for_approval's approvers
+
+
+class Ticket(models.Model):
+    """A row runs are started for (durable.start(..., subject=ticket)); its admin page lists them."""
+
+    title = models.CharField(max_length=100)
+
+    def __str__(self):
+        return f"Ticket {self.pk}: {self.title}"

@@ -747,3 +747,12 @@ def refund_approval(ctx, amount, approvers="testapp.approve_refund", quorum=1, t
         return {"approved": None}
     ctx.step("after", mark, ctx.run_id, "after")
     return decision
+
+
+@durable.workflow("tests.ticket_flow", one_at_a_time=True)
+def ticket_flow(ctx, ticket_id):
+    """Runs one at a time per ticket: triage, then wait for "resolved"."""
+    ctx.step("triage", mark, ctx.run_id, "triage")
+    ctx.set_progress(1, 2, "triaged")
+    ctx.wait_for_signal("resolved")
+    return ticket_id
