@@ -312,23 +312,30 @@ def test_a_cancel_requested_while_running_ends_the_run_at_its_next_checkpoint():
     assert ledger_counts(run.pk) == {"a": 1}  # step a ran, its checkpoint said "cancel", b never started
 
 
-def test_the_example_refund_approval_waits_for_a_person():
+def test_the_example_refund_approval_waits_for_a_person(django_user_model):
+    from django.contrib.auth.models import Permission
+
     from example_project.orders.models import Order
     from example_project.orders.workflows import create_demo_order
 
+    permission = Permission.objects.get(codename="approve_refund", content_type__app_label="orders")
+    ada, bob = (django_user_model.objects.create_user(name, password="a-long-password") for name in ("ada", "bob"))
+    for user in (ada, bob):
+        user.user_permissions.add(permission)
+    ada, bob = (django_user_model.objects.get(pk=user.pk) for user in (ada, bob))
     approved_order, rejected_order, forgotten_order = (create_demo_order(c, "5.00") for c in "ABC")
     with clock() as test_clock:
         approved = durable.start("orders.approve_refund", order_id=approved_order.pk, amount="5.00")
         rejected = durable.start("orders.approve_refund", order_id=rejected_order.pk, amount="5.00")
         forgotten = durable.start("orders.approve_refund", order_id=forgotten_order.pk, amount="5.00")
         drain()
-        assert run_of(approved).waiting_on.startswith("signal 'decision' until")
-        durable.signal(approved.pk, "decision", {"approved": True, "by": "ada"})
-        durable.signal(rejected.pk, "decision", {"approved": False, "by": "bob"})
+        assert run_of(approved).waiting_on.startswith("approval 'approval' until")
+        durable.decide(approved.pk, "approval", ada, approve=True)
+        durable.decide(rejected.pk, "approval", bob, approve=False, comment="not this one")
         drain()
         test_clock.advance(days=2)
         drain()
-    assert run_of(approved).get_result() == {"refunded": True, "approved_by": "ada"}
+    assert run_of(approved).get_result() == {"refunded": True, "approved_by": ["ada"]}
     assert run_of(rejected).get_result() == {"refunded": False, "reason": "rejected by bob"}
     assert run_of(forgotten).get_result() == {"refunded": False, "reason": "nobody decided within two days"}
     assert Order.objects.get(pk=approved_order.pk).status == "refunded"
