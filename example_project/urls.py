@@ -10,4 +10,5 @@ urlpatterns = [
     path("refunds/<uuid:run_id>/decide/", views.decide, name="decide"),
     path("admin/", admin.site.urls),
     path("api/durable/", include("django_durable.api.urls")),
+    path("durable/", include("django_durable.urls")),
 ]

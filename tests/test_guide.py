@@ -43,7 +43,8 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval", "subject"}
+    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval", "subject",
+                               "view"}
 
 
 def test_input_validation_refuses_bad_input_and_stores_nothing(capsys):
@@ -169,3 +170,32 @@ def test_runs_of_a_model_instance_one_at_a_time():
     drain()
     assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
     durable.start("orders.handle", order.pk, subject=order)  # the first one finished
+
+
+@pytest.mark.urls("tests.urls")
+def test_a_durable_view_answers_202_then_its_status_url_reaches_the_result(client):
+    from django.test import RequestFactory
+
+    from example_project.orders.workflows import create_demo_order
+
+    namespace = run_example("view")
+    order = create_demo_order("ann", "19.90")
+    view = namespace["fulfil_order"]
+    from django_durable import views
+
+    original = views.respond
+
+    def no_budget(request, workflow, **kwargs):  # no worker in this test: the slow answer
+        return original(request, workflow, **{**kwargs, "budget": 0})
+
+    views.respond = no_budget
+    try:
+        response = view(RequestFactory().post(f"/orders/{order.pk}/fulfil/"), order_id=order.pk)
+    finally:
+        views.respond = original
+    assert response.status_code == 202
+    url = response["Location"]
+    assert client.get(url).json()["finished"] is False
+    drain()
+    body = client.get(url).json()
+    assert (body["status"], body["finished"]) == ("completed", True)

@@ -1,0 +1,13 @@
+"""The pages of durable views (django_durable.views). In your project:
+``path("durable/", include("django_durable.urls"))``."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "durable"
+
+urlpatterns = [
+    path("runs/<str:token>/", views.run_page, name="run-page"),
+    path("runs/<str:token>/status/", views.run_status, name="run-status"),
+]
