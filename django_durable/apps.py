@@ -12,7 +12,17 @@ class DurableConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        import logging
+
         from . import checks  # noqa: F401 - registers the system checks
+        from .telemetry import LogContextFilter
+
+        # Every line of ours carries the run and step it is about (record.run_id, record.step_key),
+        # whatever handlers and formats the project configured.
+        for name in ("django_durable", "django_durable.worker", "django_durable.api"):
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, LogContextFilter) for f in logger.filters):
+                logger.addFilter(LogContextFilter())
 
         # Like admin.py: every installed app's workflows.py registers its workflows, and, when
         # TASKS runs tasks here, its tasks.py its django.tasks tasks (tasks.discover).

@@ -55,6 +55,12 @@ DEFAULTS: dict[str, Any] = {
     # How long emitted events are kept for runs that begin waiting for them later (a timedelta
     # or seconds; 0 keeps none: an event reaches only the runs waiting when it is emitted).
     "EVENT_RETENTION": 7 * 24 * 3600.0,
+    # A secret that lets Prometheus read durable/metrics/ ("Authorization: Bearer <token>"); None:
+    # only logged-in users who may view runs can.
+    "METRICS_TOKEN": None,
+    # The format of the worker's own log lines when the project configured no logging: "text",
+    # or "json" (one object per line with run_id, workflow and step_key).
+    "LOG_FORMAT": "text",
     # How long an e-mailed approval link (durable.approval_link()) can be used, in seconds.
     "APPROVAL_LINK_MAX_AGE": 3 * 24 * 3600.0,
     # The REST API: DRF permission classes every route requires (classes or dotted paths), on

@@ -96,6 +96,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_durable": {"handlers": ["console"], "level": os.environ.get("DURABLE_LOG_LEVEL", "WARNING")}},
 }
+if os.environ.get("DURABLE_TEST_OWN_LOGGING"):  # the worker's own handler and format (test_telemetry)
+    LOGGING = {"version": 1, "disable_existing_loggers": False}
+DURABLE_LOG_FORMAT = os.environ.get("DURABLE_LOG_FORMAT", "text")
 DURABLE_LISTEN_NOTIFY = os.environ.get("DURABLE_LISTEN_NOTIFY", "1") == "1"
 DURABLE_MAX_DELIVERIES = int(os.environ.get("DURABLE_MAX_DELIVERIES", 5))
 DURABLE_STEP_KILL_GRACE_SECONDS = float(os.environ.get("DURABLE_STEP_KILL_GRACE_SECONDS", 5))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError
 
-from .. import conf, faults, serialization, signals, workpool
+from .. import conf, faults, serialization, signals, telemetry, workpool
 from ..exceptions import Cancelled, NonRetryableError, StepTimeout
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..retry import RetryPolicy
@@ -85,7 +85,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
     try:
         with Alarm(session)(deadline, claim.step_key, cancellable=spec.get("cancellable", True)), \
                 current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt, claim,
-                             _earlier(claim) if attempt > 1 else None):
+                             _earlier(claim) if attempt > 1 else None), \
+                telemetry.step_span(claim.run_id, claim.run.workflow, claim.step_key, attempt, spec.get("trace")):
             value = fn(*spec.get("args", []), **spec.get("kwargs", {}))
         if faults.active:
             faults.hit("after_step_return", claim.step_key)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry, serialization
+from .. import registry, serialization, telemetry
 from ..journal import fingerprint
 from ..exceptions import ChildFailed, StepFailed
 from ..interrupts import CompensationFailed, Suspend
@@ -193,6 +193,7 @@ class Composition:
                 "timeout": call.timeout,
                 "return_exceptions": return_exceptions,
                 **({} if call.cancellable else {"cancellable": False}),
+                **telemetry.carried(),  # the branch's span joins the run's trace
             },
             what=f"arguments of branch {call.key!r}",
         )

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import clock, conf, faults, serialization
+from .. import clock, conf, faults, serialization, telemetry
 from ..exceptions import ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
@@ -145,7 +145,8 @@ class Context(Waits, Composition, Flow):
         """The step's own code runs here: under its alarm, with durable.current_step() set."""
         with self._session.alarm(deadline, key, cancellable=cancellable), \
                 current_step(self.run_id, self.workflow, key, attempt, self._session.claim,
-                             self._earlier_error(key) if attempt > 1 else None):
+                             self._earlier_error(key) if attempt > 1 else None), \
+                telemetry.step_span(self.run_id, self.workflow, key, attempt):
             yield
 
     def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError
 
-from .. import conf, faults, registry, retry, serialization, signals, workpool
+from .. import conf, faults, registry, retry, serialization, signals, telemetry, workpool
 from ..exceptions import NonDeterminismError, StepFailed, WorkflowNotFound, WorkflowTimeout
 from ..interrupts import (
     CancelRequested,
@@ -269,6 +269,12 @@ def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: Fal
         # Finished (or deleted) while the wakeup was queued: free the item, change nothing.
         workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None, then=then())
         return "already finished"
+    with telemetry.run_span(claim.run_id, run.workflow, telemetry.traceparent_of(run.input), attempt=run.attempt,
+                            delivery=claim.attempts):
+        return _advance(claim, run, should_stop, then)
+
+
+def _advance(claim, run, should_stop, then) -> str:
     session = Session(claim, run.workflow, should_stop)
     session.then = then
     definition = registry.find(run.workflow)

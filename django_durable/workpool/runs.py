@@ -12,7 +12,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
-from .. import clock, conf, serialization
+from .. import clock, conf, serialization, telemetry
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
 from . import notify, postgres, queries
@@ -29,7 +29,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     """
     args, kwargs = definition.validated(args, kwargs)
     text = serialization.encode(
-        {"args": list(args), "kwargs": kwargs}, what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
+        {"args": list(args), "kwargs": kwargs, **telemetry.carried()}, what="input",
+        max_bytes=conf.get("MAX_PAYLOAD_BYTES")
     )
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
@@ -146,6 +147,7 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
     index, `calls[2]`) stores nothing. Inside the caller's transaction.atomic() they commit with it.
     """
     max_bytes = conf.get("MAX_PAYLOAD_BYTES")
+    carried = telemetry.carried()
     inputs = []
     for position, call in enumerate(calls):
         if isinstance(call, dict):
@@ -157,7 +159,8 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
                             f"positional ones; calls[{position}] is a {type(call).__name__}.")
         try:
             args, kwargs = definition.validated(args, kwargs)
-            inputs.append(serialization.encode({"args": args, "kwargs": kwargs}, what="input", max_bytes=max_bytes))
+            inputs.append(serialization.encode({"args": args, "kwargs": kwargs, **carried}, what="input",
+                                               max_bytes=max_bytes))
         except (TypeError, ValueError) as exc:
             exc.args = (f"start_many() calls[{position}]: {exc}", *exc.args[1:])
             raise

@@ -756,3 +756,18 @@ def ticket_flow(ctx, ticket_id):
     ctx.set_progress(1, 2, "triaged")
     ctx.wait_for_signal("resolved")
     return ticket_id
+
+
+def logs_a_warning(run_id):
+    import logging
+
+    logging.getLogger("tests.steps").warning("the courier is late")
+    return "logged"
+
+
+@durable.workflow("tests.traced")
+def traced(ctx):
+    """Two steps around a signal: its advances are taken by different workers (test_telemetry)."""
+    ctx.step("before", mark, ctx.run_id, "before")
+    ctx.wait_for_signal("go")
+    return ctx.step("after", logs_a_warning, ctx.run_id)

@@ -68,11 +68,18 @@ class Command(BaseCommand):
 
 
 def _configure_logging(verbosity: int) -> None:
-    """Show the worker's INFO lines on stderr unless the project configured its own logging."""
+    """Show the worker's INFO lines (and the WARNINGs of other loggers) on stderr, each with the run
+    and step it is about, unless the project configured its own logging."""
     logger = logging.getLogger("django_durable")
     if logger.handlers or logging.getLogger().handlers:
         return
+    from ... import conf
+    from ...telemetry import JSONFormatter, LogContextFilter, WorkerFormatter
+
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s"))
-    logger.addHandler(handler)
+    handler.addFilter(LogContextFilter())  # also on the lines of the project's own loggers (its steps)
+    handler.setFormatter(JSONFormatter() if conf.get("LOG_FORMAT") == "json" else WorkerFormatter())
+    # On the root logger: the lines steps write through their own loggers get the run's context too.
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.WARNING)
     logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))

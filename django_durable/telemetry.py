@@ -1,0 +1,173 @@
+"""Traces and log context for runs: OpenTelemetry when ``opentelemetry-api`` is installed, and the
+run id and step key on every log line a worker writes.
+
+Traces. A run started while a span is current (a request traced by your OpenTelemetry set-up)
+carries that span's W3C ``traceparent`` in its stored input (under "trace", beside "args" and
+"kwargs"). Each advance of the run, on whichever worker, is a span "durable.run <workflow>" whose
+parent is that one, and each attempt of a step (parallel branches too) a span "durable.step <key>"
+under it: a run is one trace, across workers and restarts, joined to the request that started it.
+Children started by a run carry its trace on. Without opentelemetry-api, or with it but no tracer
+provider set (no SDK configured), no span is made: a step costs a context variable's set and
+reset (0.5 µs), for the log context.
+
+Logs. While a worker advances a run or runs a step, ``logging`` records (of every logger) get
+``run_id``, ``workflow`` and ``step_key`` attributes (empty outside), through LogContextFilter,
+which the worker's own handler installs and projects can add to theirs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from contextlib import contextmanager
+
+try:  # an optional extra: pip install django-durable-workflows[otel]
+    from opentelemetry import propagate, trace
+except ImportError:  # pragma: no cover - exercised where the extra is absent
+    propagate = trace = None
+
+_log_context: contextvars.ContextVar[tuple[str, str, str]] = contextvars.ContextVar(
+    "durable_log_context", default=("", "", ""))
+
+
+def carried() -> dict:
+    """{"trace": traceparent} for a run started now inside a valid span, else {} (stored in its input)."""
+    if not _tracing() or not trace.get_current_span().get_span_context().is_valid:
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {"trace": carrier["traceparent"]} if "traceparent" in carrier else {}
+
+
+def traceparent_of(stored_input: str | None) -> str | None:
+    """The traceparent a run's stored input carries (see carried()), or None."""
+    if trace is None or not stored_input or '"trace"' not in stored_input:
+        return None
+    from .serialization import decode
+
+    value = (decode(stored_input) or {}).get("trace")
+    return value if isinstance(value, str) else None
+
+
+class _LogContext:
+    """Without OpenTelemetry: only the log context, at the cost of a context variable."""
+
+    __slots__ = ("value", "token")
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self.token = _log_context.set(self.value)
+
+    def __exit__(self, *exc):
+        _log_context.reset(self.token)
+        return False
+
+
+def run_span(run_id, workflow: str, traceparent: str | None, *, attempt: int, delivery: int):
+    """The span of one advance of a run (child of the span that started it), and the log context."""
+    if not _tracing():
+        return _LogContext((str(run_id), workflow, ""))
+    return _run_span(run_id, workflow, traceparent, attempt, delivery)
+
+
+def step_span(run_id, workflow: str, key: str, attempt: int, traceparent: str | None = None):
+    """The span of one attempt of a step (under the current run span, or `traceparent` for a
+    branch run by a worker of its own), and the log context naming the step."""
+    if not _tracing():
+        return _LogContext((str(run_id), workflow, key))
+    return _step_span(run_id, workflow, key, attempt, traceparent)
+
+
+@contextmanager
+def _run_span(run_id, workflow, traceparent, attempt, delivery):
+    token = _log_context.set((str(run_id), workflow, ""))
+    try:
+        parent = propagate.extract({"traceparent": traceparent}) if traceparent else None
+        with _tracer().start_as_current_span(
+                f"durable.run {workflow}", context=parent, kind=trace.SpanKind.CONSUMER,
+                attributes={"durable.run_id": str(run_id), "durable.workflow": workflow,
+                            "durable.run_attempt": attempt, "durable.delivery": delivery}) as span:
+            yield span
+    finally:
+        _log_context.reset(token)
+
+
+@contextmanager
+def _step_span(run_id, workflow, key, attempt, traceparent):
+    token = _log_context.set((str(run_id), workflow, key))
+    try:
+        parent = propagate.extract({"traceparent": traceparent}) if traceparent else None
+        with _tracer().start_as_current_span(
+                f"durable.step {key}", context=parent,
+                attributes={"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.step": key,
+                            "durable.step_attempt": attempt}) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+                raise
+    finally:
+        _log_context.reset(token)
+
+
+def _tracing() -> bool:
+    """Whether spans are recorded: the API is installed and a tracer provider was set (without
+    one, the API's spans are no-ops that would still cost some 9 µs a step). The provider, once
+    set, stays: the API's own global is read (its public getter costs more than a step's span)."""
+    if trace is None:
+        return False
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:  # an API without that global: ask it
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is not None
+
+
+_UNKNOWN = object()
+
+
+def _tracer():
+    return trace.get_tracer("django_durable")
+
+
+class LogContextFilter(logging.Filter):
+    """Adds run_id, workflow and step_key (the run and step being worked on, or "") to records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_id, record.workflow, record.step_key = _log_context.get()
+        return True
+
+
+class WorkerFormatter(logging.Formatter):
+    """The worker's own lines: time, level, process, the message, then "run=… step=…" when a run is
+    being worked on (needs LogContextFilter on the handler)."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(levelname)s [%(process)d] %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        run_id = getattr(record, "run_id", "")
+        if not run_id:
+            return line
+        step = getattr(record, "step_key", "")
+        return f"{line} [run={run_id}{f' step={step}' if step else ''}]"
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, process, message, run_id, workflow, step_key
+    (and the exception's text), for log pipelines (DURABLE_LOG_FORMAT = "json")."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        line = {
+            "time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+            "process": record.process, "message": record.getMessage(),
+            "run_id": getattr(record, "run_id", ""), "workflow": getattr(record, "workflow", ""),
+            "step_key": getattr(record, "step_key", ""),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)

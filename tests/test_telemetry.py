@@ -1,0 +1,115 @@
+"""OpenTelemetry: a run is one trace joined to the span that started it, across worker processes;
+and every line a worker writes about a run names the run and the step (text or JSON)."""
+
+import json
+import re
+
+import pytest
+
+import django_durable as durable
+from django_durable.models import WorkflowRun
+from django_durable.testing import drain
+from tests.testapp import spans
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+otel = pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk is not installed")
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    """The SDK with an in-memory exporter for this process (a provider can be set once per process)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return memory
+
+
+def test_a_run_and_its_steps_are_spans_of_the_trace_that_started_it(exporter):
+    from opentelemetry import trace
+
+    exporter.clear()
+    with trace.get_tracer("tests").start_as_current_span("POST /checkout") as request_span:
+        run = durable.start("tests.three_steps", x=1)
+        request = request_span.get_span_context()
+    assert WorkflowRun.objects.get(pk=run.pk).get_input()["trace"].startswith(f"00-{request.trace_id:032x}-")
+    drain()
+    finished = {span.name: span for span in exporter.get_finished_spans()}
+    advance = finished["durable.run tests.three_steps"]
+    assert advance.context.trace_id == request.trace_id and advance.parent.span_id == request.span_id
+    assert advance.attributes["durable.run_id"] == str(run.pk)
+    for key in "abc":
+        step = finished[f"durable.step {key}"]
+        assert (step.context.trace_id, step.parent.span_id) == (request.trace_id, advance.context.span_id)
+    untraced = durable.start("tests.three_steps")  # no span current: no trace stored, a trace of its own
+    assert "trace" not in WorkflowRun.objects.get(pk=untraced.pk).get_input()
+
+
+def out_of_stock():
+    raise durable.NonRetryableError("no stock")
+
+
+@durable.workflow("tests.telemetry.fails")
+def fails(ctx):
+    ctx.step("reserve", out_of_stock)
+
+
+def test_a_failed_attempt_marks_its_span(exporter):
+    exporter.clear()
+    durable.start(fails)
+    drain()
+    [step] = [span for span in exporter.get_finished_spans() if span.name.startswith("durable.step")]
+    assert step.status.status_code.name == "ERROR" and "no stock" in step.status.description
+
+
+@pytest.mark.timeout(120)
+def test_a_run_across_two_worker_processes_is_one_trace(exporter, start_worker, tmp_path):
+    from opentelemetry import trace
+
+    path = tmp_path / "spans.jsonl"
+    env = {"DURABLE_TEST_SPANS": str(path)}
+    with trace.get_tracer("tests").start_as_current_span("POST /trace-me") as request_span:
+        run = durable.start("tests.traced")
+    request = request_span.get_span_context()
+    assert start_worker(env=env).wait() == 0  # "before", then waits for "go"
+    durable.signal(run.pk, "go")
+    assert start_worker(env=env).wait() == 0  # "after", in another process
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    written = [span for span in spans.read(path) if span["attributes"].get("durable.run_id") == str(run.pk)]
+    advances = [span for span in written if span["name"] == "durable.run tests.traced"]
+    assert len({span["pid"] for span in advances}) == 2
+    assert {span["trace_id"] for span in written} == {f"{request.trace_id:032x}"}
+    assert {span["parent_id"] for span in advances} == {f"{request.span_id:016x}"}
+    steps = {span["name"]: span for span in written if span["name"].startswith("durable.step")}
+    assert set(steps) == {"durable.step before", "durable.step after"}
+    by_id = {span["span_id"]: span for span in advances}
+    assert by_id[steps["durable.step before"]["parent_id"]]["pid"] != by_id[steps["durable.step after"]["parent_id"]]["pid"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_every_line_about_a_run_names_the_run_and_the_step(start_worker, log_format):
+    run = durable.start("tests.traced")
+    durable.signal(run.pk, "go")
+    worker = start_worker(env={"DURABLE_TEST_OWN_LOGGING": "1", "DURABLE_LOG_FORMAT": log_format})
+    assert worker.wait() == 0
+    lines = [line for line in worker.log().splitlines() if line.strip()]
+    if log_format == "json":
+        records = [json.loads(line) for line in lines]
+        started = next(r for r in records if "started" in r["message"] and r["run_id"])
+        assert (started["run_id"], started["workflow"], started["step_key"]) == (str(run.pk), "tests.traced", "")
+        late = next(r for r in records if r["message"] == "the courier is late")
+        assert (late["run_id"], late["step_key"], late["logger"]) == (str(run.pk), "after", "tests.steps")
+    else:
+        started = next(line for line in lines if f"Run {run.pk} of tests.traced started" in line)
+        assert started.endswith(f"[run={run.pk}]")
+        late = next(line for line in lines if "the courier is late" in line)
+        assert re.search(rf"WARNING \[\d+\] the courier is late \[run={run.pk} step=after\]$", late), late
