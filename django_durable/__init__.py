@@ -77,6 +77,8 @@ __all__ = [
     "WorkflowTimeout",
     "approval_link",
     "approvals_for",
+    "astart",
+    "await_result",
     "cancel",
     "current_step",
     "decide",
@@ -111,7 +113,7 @@ _LAZY = {
     for name in (
         "start", "start_many", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
         "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim", "recover",
-        "runs_for",
+        "runs_for", "astart", "await_result",
     )
 }
 

@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import conf, registry, retry, serialization, workpool
+from .engine.asyncs import call_workflow
 from .engine.context import Context
 from .interrupts import Interrupt
 from .models import Step, WorkflowRun
@@ -141,7 +142,7 @@ def check_run(run: WorkflowRun, db: str | None = None) -> Verdict:
                       retry=definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY")))
     frontier = None
     try:
-        definition.fn(context, *arguments.get("args", []), **arguments.get("kwargs", {}))
+        call_workflow(definition.fn, context, arguments.get("args", []), arguments.get("kwargs", {}))
     except _Frontier as reached:
         frontier = str(reached)
     except Interrupt:

@@ -86,7 +86,9 @@ STATIC_URL = "static/"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Every line about a run names it (and its step): django_durable.telemetry.LogContextFilter.
+    "filters": {"durable": {"()": "django_durable.telemetry.LogContextFilter"}},
+    "formatters": {"plain": {"()": "django_durable.telemetry.WorkerFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["durable"]}},
     "loggers": {"django_durable": {"handlers": ["console"], "level": "INFO"}},
 }

@@ -44,7 +44,7 @@ def recorded(name):
 
 def test_every_marked_example_has_a_test():
     assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval", "subject",
-                               "view"}
+                               "view", "async"}
 
 
 def test_input_validation_refuses_bad_input_and_stores_nothing(capsys):
@@ -199,3 +199,43 @@ def test_a_durable_view_answers_202_then_its_status_url_reaches_the_result(clien
     drain()
     body = client.get(url).json()
     assert (body["status"], body["finished"]) == ("completed", True)
+
+
+@pytest.mark.timeout(120)
+def test_an_async_workflow_with_an_async_step():
+    import asyncio
+    import textwrap
+    from decimal import Decimal
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    code = examples()["async"]
+    definitions, usage = code.split("\nrun = await", 1)
+    namespace = {"__name__": "shop.guide", "durable": durable, "asyncio": asyncio, "Decimal": Decimal}
+    exec(compile(definitions, "docs/guide.md <example async>", "exec"), namespace)  # noqa: S102
+    body = "async def main():\n" + textwrap.indent("run = await" + usage + "\nreturn result", "    ")
+    exec(compile(body, "docs/guide.md <example async>", "exec"), namespace)  # noqa: S102
+
+    async def main():
+        try:
+            return await namespace["main"]()
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    # The workflow exists in this process only: drain() runs it while main() waits for it.
+    assert asyncio.run(_with_drain(main)) == "10.8000"
+
+
+async def _with_drain(main):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    task = asyncio.ensure_future(main())
+    for _ in range(200):
+        if task.done():
+            break
+        await sync_to_async(drain)()
+        await asyncio.sleep(0.05)
+    return await task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import logging
 import traceback
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from .. import conf, faults, serialization, signals, telemetry, workpool
 from ..exceptions import Cancelled, NonRetryableError, StepTimeout
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..retry import RetryPolicy
+from . import asyncs
 from .alarm import Alarm
 from .composition import current_step, resolve
 from .context import log_attempt
@@ -83,11 +85,16 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
     if faults.active:
         faults.hit("before_step_call", claim.step_key)
     try:
-        with Alarm(session)(deadline, claim.step_key, cancellable=spec.get("cancellable", True)), \
+        asynchronous = asyncs.is_async(fn)  # its deadline is asyncio.wait_for's, not the alarm's
+        with Alarm(session)(None if asynchronous else deadline, claim.step_key,
+                            cancellable=spec.get("cancellable", True)), \
                 current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt, claim,
                              _earlier(claim) if attempt > 1 else None), \
                 telemetry.step_span(claim.run_id, claim.run.workflow, claim.step_key, attempt, spec.get("trace")):
             value = fn(*spec.get("args", []), **spec.get("kwargs", {}))
+            if asynchronous or inspect.iscoroutine(value):
+                value = asyncs.run_step(value, None if deadline is None else claim.db_seconds_until(deadline),
+                                        claim.step_key)
         if faults.active:
             faults.hit("after_step_return", claim.step_key)
         text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import logging
 import random as _random
 import traceback
@@ -17,6 +18,7 @@ from .. import clock, conf, faults, serialization, telemetry
 from ..exceptions import ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
+from . import asyncs
 from .composition import Composition, current_step
 from .flow import Flow
 from .waits import Waits, _as_datetime
@@ -87,6 +89,10 @@ class Context(Waits, Composition, Flow):
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
         name = name or _function_name(fn)
+        asynchronous = asyncs.is_async(fn)
+        if asynchronous and atomic:
+            raise TypeError(f"Step {key!r}: an async function cannot be an atomic step (its database work would "
+                            f"run outside the step's transaction, on another thread). Make it sync, or not atomic.")
         policy = retry or self._retry
         seconds = _timeout_seconds(timeout)
         attempt, deadline = 1, None
@@ -111,13 +117,17 @@ class Context(Waits, Composition, Flow):
             self._session.before_step(key, running)
             if faults.active:
                 faults.hit("before_step_call", key)
-            # The alarm covers the step's own code only, never the engine's checkpoint write.
-            covered = self._covered(deadline, key, attempt, cancellable)
+            # The alarm covers the step's own code only, never the engine's checkpoint write. An
+            # async step's deadline is its own (asyncio.wait_for), which cancels it cleanly.
+            covered = self._covered(None if asynchronous else deadline, key, attempt, cancellable)
             try:
                 if atomic:
                     return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind, covered)
                 with covered:
                     value = fn(*args, **kwargs)
+                    if asynchronous or inspect.iscoroutine(value):
+                        value = asyncs.run_step(value, None if deadline is None else
+                                                self._session.claim.db_seconds_until(deadline), key)
             except _StepRaised as raised:
                 exc = raised.__cause__
             except Exception as exc_:
@@ -296,6 +306,10 @@ class Context(Waits, Composition, Flow):
                 raise SignalTimeout(error.get("message", ""))
             raise StepFailed(key, error, attempts=entry.attempts)
         return serialization.decode(entry.result)
+
+    async def astep(self, key: str, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+        """step(), to await in an async workflow (the step runs when awaited; sync or async `fn`)."""
+        return self.step(key, fn, *args, **kwargs)
 
     # -- recorded values ------------------------------------------------------------------------
 

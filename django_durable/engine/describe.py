@@ -20,6 +20,7 @@ import inspect
 import uuid
 
 from .. import registry
+from .asyncs import call_workflow
 from .composition import Call
 
 
@@ -99,6 +100,9 @@ class Recorder:
         self._counters: dict[str, int] = {}
 
     # -- steps and recorded values ----------------------------------------------------------------
+
+    async def astep(self, key, fn, /, *args, **kwargs):
+        return self.step(key, fn, *args, **kwargs)
 
     def step(self, key, fn, /, *args, atomic=False, retry=None, timeout=None, compensate=None, cancellable=True,
              **kwargs):
@@ -252,7 +256,7 @@ def describe(workflow) -> dict:
     recorder = Recorder(definition.name)
     fn = getattr(definition.fn, "__wrapped__", definition.fn)
     arguments = _stand_ins(fn)
-    _run(recorder, lambda: fn(recorder, *arguments["args"], **arguments["kwargs"]))
+    _run(recorder, lambda: call_workflow(fn, recorder, arguments["args"], arguments["kwargs"]))
     return {"workflow": definition.name, "kind": definition.kind,
             "description": inspect.getdoc(definition.fn) or "", "shape": recorder.nodes}
 

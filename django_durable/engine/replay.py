@@ -24,6 +24,7 @@ from ..interrupts import (
 from ..models import WorkflowEvent, WorkflowRun
 from ..services import audit
 from ..workpool.runs import create_run
+from . import asyncs
 from .alarm import Alarm
 from .context import Context
 from .waits import _as_datetime
@@ -306,7 +307,7 @@ def _advance(claim, run, should_stop, then) -> str:
         session=session, retry=definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY")),
     )
     try:
-        value = definition.fn(context, *args, **kwargs)
+        value = asyncs.call_workflow(definition.fn, context, args, kwargs)
     except NonDeterminismError as exc:
         return _block(claim, run, session, exc)
     except Suspend as suspend:

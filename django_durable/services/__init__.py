@@ -5,10 +5,22 @@ Nothing else changes a run's status: they enforce its state machine.
 
 from .control import cancel, duplicate, force_fail, recover, release_claim, retry_rollback, retry_run, wake
 from .messages import emit_event, signal
-from .runs import create_run, get_run, resolve_run_id, runs_for, start, start_and_wait, start_many, start_run, wait
+from .runs import (
+    astart,
+    await_result,
+    create_run,
+    get_run,
+    resolve_run_id,
+    runs_for,
+    start,
+    start_and_wait,
+    start_many,
+    start_run,
+    wait,
+)
 from .steps import edit_step_result, skip_step
 
 __all__ = [
-    "cancel", "create_run", "duplicate", "edit_step_result", "emit_event", "force_fail", "get_run", "recover", "release_claim",
+    "astart", "await_result", "cancel", "create_run", "duplicate", "edit_step_result", "emit_event", "force_fail", "get_run", "recover", "release_claim",
     "resolve_run_id", "retry_rollback", "retry_run", "runs_for", "signal", "skip_step", "start", "start_and_wait", "start_many", "start_run", "wait", "wake",
 ]

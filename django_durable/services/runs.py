@@ -113,6 +113,27 @@ def start_run(
     return run
 
 
+async def astart(workflow: str | Callable, /, *args: Any, **kwargs: Any) -> WorkflowRun:
+    """start(), from async code (an async view): on Django's thread for sync database work."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(start, thread_sensitive=True)(workflow, *args, **kwargs)
+
+
+async def await_result(run_id, timeout: float | None = None) -> Any:
+    """wait(), from async code: the waiting happens on a thread of its own (it may take long, and
+    must not hold up the thread Django's other sync work shares), whose connection is closed after."""
+    from asgiref.sync import sync_to_async
+
+    def waiting():
+        try:
+            return wait(run_id, timeout=timeout)
+        finally:
+            connections[conf.get("DATABASE")].close()
+
+    return await sync_to_async(waiting, thread_sensitive=False)()
+
+
 def runs_for(subject, *, workflow: str | Callable | None = None):
     """The runs started for `subject` (a model instance), newest first, as a WorkflowRun queryset;
     with `workflow`, only that workflow's."""

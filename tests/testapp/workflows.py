@@ -771,3 +771,52 @@ def traced(ctx):
     ctx.step("before", mark, ctx.run_id, "before")
     ctx.wait_for_signal("go")
     return ctx.step("after", logs_a_warning, ctx.run_id)
+
+
+async def fetch_async(run_id, name):
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    ledger.record(run_id, name)
+    return f"fetched {name}"
+
+
+async def slow_async(run_id, seconds):
+    """Records that it started and, however it ends (cancelled too), that its cleanup ran."""
+    import asyncio
+
+    ledger.record(run_id, "slow-started")
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        ledger.record(run_id, "slow-cleaned-up")
+    return "slept"
+
+
+async def pay_async(run_id, amount):
+    payment = await Payment.objects.acreate(run_id=run_id, amount=amount)  # Django's async ORM
+    return payment.amount
+
+
+@durable.workflow("tests.async_flow")
+async def async_flow(ctx, amount=7):
+    """An async workflow: awaits async steps, waits for a signal, ends with a sync step."""
+    fetched = await ctx.astep("fetch", fetch_async, ctx.run_id, "fetch")
+    paid = ctx.step("pay", pay_async, ctx.run_id, amount)
+    ctx.wait_for_signal("go")
+    ctx.step("after", mark, ctx.run_id, "after")
+    return [fetched, paid]
+
+
+@durable.workflow("tests.async_timeout")
+def async_timeout(ctx, seconds=30):
+    return ctx.step("slow", slow_async, ctx.run_id, seconds, timeout=0.2,
+                    retry=durable.RetryPolicy(max_attempts=1))
+
+
+@durable.workflow("tests.async_awaits_io")
+async def async_awaits_io(ctx):
+    import asyncio
+
+    await asyncio.sleep(0)  # I/O in the workflow's own code: refused
+    return "never"
