@@ -82,3 +82,4 @@ def test_astart_and_await_result_with_a_real_worker(start_worker):
     assert result == ["fetched fetch", 3]
     assert ledger_counts(pk) == {"fetch": 1, "after": 1}
     assert Payment.objects.get(run_id=pk).amount == 3
+    assert_settled()
