@@ -113,3 +113,29 @@ def test_every_line_about_a_run_names_the_run_and_the_step(start_worker, log_for
         assert started.endswith(f"[run={run.pk}]")
         late = next(line for line in lines if "the courier is late" in line)
         assert re.search(rf"WARNING \[\d+\] the courier is late \[run={run.pk} step=after\]$", late), late
+
+
+def test_the_documented_logging_configuration_names_the_run_and_step(capsys):
+    """docs/telemetry.md's LOGGING example, configured as written, on lines inside a run and a step."""
+    import logging
+    import logging.config
+    from pathlib import Path
+
+    from django_durable import telemetry
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "telemetry.md").read_text()
+    code = re.search(r"<!-- example: logging [^>]*-->\n```python\n(.*?)\n```", text, re.S).group(1)
+    namespace = {}
+    exec(compile(code, "docs/telemetry.md <example logging>", "exec"), namespace)  # noqa: S102
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        logging.config.dictConfig({**namespace["LOGGING"], "disable_existing_loggers": False})
+        with telemetry.run_span("01ab", "orders.fulfil", None, attempt=1, delivery=1):
+            with telemetry.step_span("01ab", "orders.fulfil", "charge", 1):
+                logging.getLogger("shop.payments").info("charged")
+        logging.getLogger("shop.payments").info("idle")
+    finally:
+        root.handlers[:], root.level = saved
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2].endswith("INFO charged run=01ab step=charge") and lines[-1].endswith("INFO idle run= step=")
