@@ -80,6 +80,7 @@ __all__ = [
     "astart",
     "await_result",
     "cancel",
+    "cancel_runs_on_delete",
     "current_step",
     "decide",
     "duplicate",
@@ -121,6 +122,7 @@ _LAZY = {
 _LAZY["ensure_schedule"] = "schedules"
 _LAZY["describe"] = "engine.describe"
 _LAZY["workflows"] = "catalog"
+_LAZY["cancel_runs_on_delete"] = "subjects"
 _LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")
 
 

@@ -69,7 +69,14 @@ def test_the_runs_show_on_the_rows_admin_page_and_start_from_its_list(admin_clie
     assert "Workflow runs" in page and f"/admin/django_durable/workflowrun/{run.pk}/change/" in page
     assert "signal &#x27;resolved&#x27;" in page and "1 of 2" in page  # what it waits for, its progress
     assert 'title="completed">triage<' in page  # its latest steps
+    cancel = f"/admin/django_durable/workflowrun/{run.pk}/do/cancel/"
+    assert cancel in page  # act from the row's page
+    admin_client.post(cancel, {"reason": "duplicate ticket", "apply": "1"})
+    assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
+    assert f"/admin/django_durable/workflowrun/{run.pk}/do/retry/" in admin_client.get(
+        f"{TICKETS}{ticket.pk}/change/").content.decode()
     other = Ticket.objects.create(title="vpn")
+    durable.start("tests.ticket_flow", ticket.pk, subject=ticket)  # the ticket is busy again
     response = admin_client.post(TICKETS, {"action": "durable_start_tests.ticket_flow",
                                            "_selected_action": [ticket.pk, other.pk]}, follow=True)
     text = response.content.decode()
@@ -87,3 +94,23 @@ def test_a_user_who_may_not_see_runs_does_not_see_them_on_the_page(client, djang
     client.force_login(clerk)
     page = client.get(f"{TICKETS}{ticket.pk}/change/")
     assert page.status_code == 200 and "Workflow runs" not in page.content.decode()
+
+
+def test_a_model_can_have_its_rows_runs_cancelled_when_the_row_is_deleted():
+    from django.db import transaction
+    from django.db.models.signals import post_delete
+
+    durable.cancel_runs_on_delete(Ticket, workflows=["tests.ticket_flow"])
+    try:
+        ticket = Ticket.objects.create(title="printer")
+        flow = durable.start("tests.ticket_flow", ticket.pk, subject=ticket)
+        other = durable.start("tests.approval", subject=ticket)  # another workflow: left alone
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Ticket.objects.filter(pk=ticket.pk).delete()
+            raise RuntimeError("rolled back")
+        assert WorkflowRun.objects.get(pk=flow.pk).status == "pending"  # the deletion did not commit
+        ticket.delete()
+        assert WorkflowRun.objects.get(pk=flow.pk).status == "cancelled"
+        assert WorkflowRun.objects.get(pk=other.pk).status == "pending"
+    finally:
+        post_delete.disconnect(sender=Ticket, dispatch_uid=f"durable-subject-{Ticket._meta.label}")

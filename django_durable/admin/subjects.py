@@ -38,7 +38,7 @@ class DurableRunsInline(GenericTabularInline):
     max_num = 0
     can_delete = False
     show_change_link = False
-    fields = readonly_fields = ("run", "workflow", "state", "timeline", "created_at", "finished_at")
+    fields = readonly_fields = ("run", "workflow", "state", "timeline", "created_at", "finished_at", "act")
     ordering = ("-created_at",)
     template = "admin/edit_inline/tabular.html"
 
@@ -67,6 +67,19 @@ class DurableRunsInline(GenericTabularInline):
         told = f"{progress['done']} of {progress['total']}" if progress and progress.get("total") else ""
         return format_html('{} <span class="durable-muted">{}</span>', status_badge(obj.status),
                            " · ".join(part for part in (waiting, told) if part))
+
+    @admin.display(description="")
+    def act(self, obj):
+        """Cancel or retry the run from here (the run's own action pages, behind their permissions)."""
+        actions = []
+        if not obj.is_finished:
+            actions.append(("cancel", "Cancel"))
+        if obj.status in (WorkflowRun.Status.FAILED, WorkflowRun.Status.TIMED_OUT, WorkflowRun.Status.CANCELLED,
+                          WorkflowRun.Status.BLOCKED):
+            actions.append(("retry", "Retry"))
+        return format_html_join(" ", '<a class="button" href="{}">{}</a>', (
+            (reverse(f"{self.admin_site.name}:django_durable_workflowrun_action", args=[obj.pk, name]), title)
+            for name, title in actions))
 
     @admin.display(description="latest steps")
     def timeline(self, obj):
