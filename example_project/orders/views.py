@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 import django_durable as durable
+from django_durable.views import durable_view
 from django_durable import serialization
 from django_durable.models import WorkflowRun
 
@@ -38,3 +39,13 @@ def decide(request, run_id):
     else:
         messages.success(request, f"Refund {'approved' if approved else 'rejected'}.")
     return redirect("home")
+
+
+@durable_view("orders.fulfil", budget=2.0)
+def fulfil(request, order_id):
+    """POST: fulfil the order; the result within two seconds, else 202 and a status URL to poll."""
+    if request.method != "POST":
+        from django.http import HttpResponseNotAllowed
+
+        return HttpResponseNotAllowed(["POST"])
+    return {"order_id": order_id}

@@ -13,10 +13,10 @@ class Command(BaseCommand):
         runs = []
         for customer, total in [("Ada", "42.00"), ("Grace", "17.50"), ("Linus", "99.90")]:
             order = create_demo_order(customer, total)
-            runs.append(durable.start("orders.fulfil", order_id=order.pk))
+            runs.append(durable.start("orders.fulfil", order_id=order.pk, subject=order))
         runs.append(durable.start("examples.word_count", ["durable workflows", "for Django", "in your own database"]))
         runs.append(durable.start("examples.failing", order_id=0))
         order = create_demo_order("Margaret", "23.00")
-        runs.append(durable.start("orders.approve_refund", order_id=order.pk, amount="23.00"))
+        runs.append(durable.start("orders.approve_refund", order_id=order.pk, amount="23.00", subject=order))
         for run in runs:
             self.stdout.write(f"started {run.workflow:<22} {run.id}")
