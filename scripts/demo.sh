@@ -20,6 +20,11 @@ stop() {
 trap stop EXIT
 trap 'exit 130' INT TERM
 
+if ! "$PY" -c "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', $PORT))" 2>/dev/null; then
+  echo "Port $PORT is already in use (another demo, or another server). Stop it, or choose another port: PORT=8001 make demo" >&2
+  exit 1
+fi
+
 "$PY" manage.py migrate --noinput -v 0
 if DJANGO_SUPERUSER_PASSWORD=demo "$PY" manage.py createsuperuser --noinput \
      --username demo --email demo@example.com >/dev/null 2>&1; then
