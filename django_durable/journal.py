@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 
-
 @dataclass(frozen=True)
 class StepRecord:
     """A journal entry to write: what a step (or a recorded value) produced."""
@@ -67,7 +66,8 @@ STEP_COLUMNS = (
 # A second write of a key replaces a running or retrying entry, never a final one: a recorded
 # outcome is written at most once.
 # A parallel group's count of unfinished branches is decremented by the branches themselves:
-# a write that does not carry one keeps it, and so does one without a fingerprint. A wait that ends keeps the time it began.
+# a write that does not carry one keeps it, and so does one without a fingerprint. A wait that
+# ends keeps the time it began.
 _KEEP = {
     "remaining": 'COALESCE(EXCLUDED."remaining", durable_step."remaining")',
     "fingerprint": 'COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint")',

@@ -5,19 +5,18 @@
 Every figure comes from the durable tables, so any web process can serve them and they agree
 whichever process is scraped, however many worker hosts there are (no per-process counters to
 add up, nothing lost when a worker restarts). Each reads an index range, as the admin's overview
-does. The endpoint answers users who may view runs, or a request bearing
-``Authorization: Bearer <DURABLE_METRICS_TOKEN>`` (for Prometheus' scrape config).
+does (the journal through the runs' index). The endpoint answers users who may view runs, or a
+request bearing ``Authorization: Bearer <DURABLE_METRICS_TOKEN>`` (for Prometheus' scrape config).
 
 - ``durable_runs{queue, status}``: unfinished runs by status (pending, running, waiting, blocked)
 - ``durable_runs_finished{queue, outcome}``: runs finished in the last hour (completed, failed, cancelled)
 - ``durable_queue_ready{queue}``, ``durable_queue_lag_seconds{queue}``: items ready now, and how long
   the oldest of them has waited
 - ``durable_queue_running{queue}``: items being processed (claimed)
-- ``durable_step_duration_seconds{workflow}``: a histogram of the steps finished in the last hour
-  (their last attempt)
-- ``durable_step_retries{workflow}``: failed attempts of the steps finished in the last hour that
-  were tried again (their attempts beyond the first), and ``durable_steps_retrying`` those in a
-  back-off now
+- ``durable_step_duration_seconds{workflow}``: a histogram of the steps of the runs finished in
+  the last hour (their last attempt)
+- ``durable_step_retries{workflow}``: failed attempts of those steps that were tried again (their
+  attempts beyond the first), and ``durable_steps_retrying`` the runs waiting out a step's back-off now
 - ``durable_worker_items_processed_total{worker}``: work items each live worker has finished (its
   claims that ended), ``durable_workers_live``
 - ``durable_expired_claims``: claims whose lease expired (a worker died or hangs)
@@ -97,15 +96,17 @@ class DurableCollector:
                                 value=WorkItem.objects.using(db).expired().count())
 
     def _steps(self, db, now, HistogramMetricFamily, GaugeMetricFamily):
-        recent = (Step.objects.using(db).filter(kind=Step.Kind.STEP, status__in=Step.FINAL,
-                                                finished_at__gte=now - dt.timedelta(hours=1),
+        # The steps of the runs finished in the last hour: found through the runs' finished_at index
+        # and the journal's (run, key) index, never a scan of the journal, however long it is.
+        finished = WorkflowRun.objects.using(db).filter(finished_at__gte=now - dt.timedelta(hours=1)).values("pk")
+        recent = (Step.objects.using(db).filter(run__in=finished, kind=Step.Kind.STEP, status__in=Step.FINAL,
                                                 started_at__isnull=False)
                   .order_by("-finished_at"))
         durations = defaultdict(list)
         for workflow, started, finished in recent.values_list("run__workflow", "started_at", "finished_at")[:STEP_SAMPLE]:
             durations[workflow].append(max((finished - started).total_seconds(), 0.0))
         histogram = HistogramMetricFamily("durable_step_duration_seconds",
-                                          "Steps finished in the last hour: the duration of their last attempt.",
+                                          "Steps of the runs finished in the last hour: their last attempt.",
                                           labels=["workflow"])
         for workflow, seconds in sorted(durations.items()):
             buckets, below = [], 0
@@ -120,14 +121,16 @@ class DurableCollector:
             histogram.add_metric([workflow], buckets, sum_value=sum(ordered))
         yield histogram
         retries = GaugeMetricFamily("durable_step_retries",
-                                    "Failed attempts, tried again, of the steps finished in the last hour.",
+                                    "Failed attempts, tried again, of the steps of the runs finished in the last hour.",
                                     labels=["workflow"])
         for workflow, n in (recent.filter(attempts__gt=1).order_by().values_list("run__workflow")
                             .annotate(n=Sum(F("attempts") - 1))):
             retries.add_metric([workflow], n)
         yield retries
-        yield GaugeMetricFamily("durable_steps_retrying", "Steps waiting out a back-off before their next attempt.",
-                                value=Step.objects.using(db).filter(status=Step.Status.RETRYING).count())
+        # Read from the waiting runs (the status index), not by a scan of the journal's statuses.
+        in_back_off = WorkflowRun.objects.using(db).filter(status=WorkflowRun.Status.WAITING).waiting_for("retry")
+        yield GaugeMetricFamily("durable_steps_retrying", "Runs waiting out a step's back-off before its next attempt.",
+                                value=in_back_off.count())
 
 
 def metrics_view(request):

@@ -93,11 +93,6 @@ def _displayed(obj: dict) -> Any:
     raise ValueError(f"Unknown stored type tag {tag!r}.")
 
 
-def to_plain(value: Any, what: str = "value") -> Any:
-    """`value` as plain JSON values (the form encode() writes); raise NotSerializable."""
-    return _to_json(value, what, 0)
-
-
 def _to_json(value: Any, where: str, depth: int) -> Any:
     kind = type(value)
     if kind in _PLAIN:

@@ -69,7 +69,9 @@ def run_span(run_id, workflow: str, traceparent: str | None, *, attempt: int, de
     """The span of one advance of a run (child of the span that started it), and the log context."""
     if not _tracing():
         return _LogContext((str(run_id), workflow, ""))
-    return _run_span(run_id, workflow, traceparent, attempt, delivery)
+    return _span(f"durable.run {workflow}", (str(run_id), workflow, ""), traceparent,
+                 {"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.run_attempt": attempt,
+                  "durable.delivery": delivery}, kind=trace.SpanKind.CONSUMER)
 
 
 def step_span(run_id, workflow: str, key: str, attempt: int, traceparent: str | None = None):
@@ -77,36 +79,26 @@ def step_span(run_id, workflow: str, key: str, attempt: int, traceparent: str | 
     branch run by a worker of its own), and the log context naming the step."""
     if not _tracing():
         return _LogContext((str(run_id), workflow, key))
-    return _step_span(run_id, workflow, key, attempt, traceparent)
+    return _span(f"durable.step {key}", (str(run_id), workflow, key), traceparent,
+                 {"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.step": key,
+                  "durable.step_attempt": attempt}, errors=True)
 
 
 @contextmanager
-def _run_span(run_id, workflow, traceparent, attempt, delivery):
-    token = _log_context.set((str(run_id), workflow, ""))
+def _span(name: str, log_context, traceparent, attributes, *, kind=None, errors=False):
+    """A span under `traceparent` (else the current one), with the log context set; with `errors`,
+    an exception leaving it marks it ERROR (a step's attempt; a run's advance ends by exceptions
+    that are not failures: a wait, a lost lease)."""
+    token = _log_context.set(log_context)
     try:
         parent = propagate.extract({"traceparent": traceparent}) if traceparent else None
-        with _tracer().start_as_current_span(
-                f"durable.run {workflow}", context=parent, kind=trace.SpanKind.CONSUMER,
-                attributes={"durable.run_id": str(run_id), "durable.workflow": workflow,
-                            "durable.run_attempt": attempt, "durable.delivery": delivery}) as span:
-            yield span
-    finally:
-        _log_context.reset(token)
-
-
-@contextmanager
-def _step_span(run_id, workflow, key, attempt, traceparent):
-    token = _log_context.set((str(run_id), workflow, key))
-    try:
-        parent = propagate.extract({"traceparent": traceparent}) if traceparent else None
-        with _tracer().start_as_current_span(
-                f"durable.step {key}", context=parent,
-                attributes={"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.step": key,
-                            "durable.step_attempt": attempt}) as span:
+        with _tracer().start_as_current_span(name, context=parent, kind=kind or trace.SpanKind.INTERNAL,
+                                             attributes=attributes) as span:
             try:
                 yield span
             except BaseException as exc:
-                span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+                if errors:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
                 raise
     finally:
         _log_context.reset(token)

@@ -73,12 +73,10 @@ def respond(request: HttpRequest, workflow, *, args=(), kwargs: dict | None = No
     try:
         result = wait(run.pk, timeout=budget)
     except WaitTimeout:
-        url = status_url(run.pk, request)
-        if html:
-            response = HttpResponse(status=303)
-        else:
-            response = JsonResponse({"id": str(run.pk), "status": "running", "status_url": url}, status=202)
-        response["Location"] = url if not html else status_url(run.pk, request, page=True)
+        url = status_url(run.pk, request, page=html)
+        response = HttpResponse(status=303) if html else \
+            JsonResponse({"id": str(run.pk), "status": "running", "status_url": url}, status=202)
+        response["Location"] = url
         return response
     except WorkflowFailed as failed:  # the request did its part: the run's outcome is the answer
         return JsonResponse({"id": str(run.pk), "status": failed.status, "error": _error(failed.error)})

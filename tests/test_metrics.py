@@ -31,6 +31,7 @@ def test_the_metrics_count_runs_queues_steps_and_workers(admin_client):
     durable.start("tests.approval")               # will wait for a signal
     durable.start("tests.three_steps", x=1)       # will complete: three steps
     durable.start("tests.raises")                 # will fail
+    durable.start("tests.always_failing", backoff=600, queue="retries")  # will wait out a step's back-off
     drain()
     durable.start("tests.three_steps", queue="slow")  # ready, not taken: the slow queue's lag
     Worker.objects.create(name="web-1:7", host="web-1", pid=7, started_at=timezone.now(), last_seen=timezone.now(),
@@ -50,6 +51,7 @@ def test_the_metrics_count_runs_queues_steps_and_workers(admin_client):
     assert samples[("durable_worker_items_processed_total", (("worker", "web-1:7"),))] == 41
     assert samples[("durable_workers_live", ())] == 1
     assert samples[("durable_expired_claims", ())] == 0
+    assert samples[("durable_steps_retrying", ())] == 1
 
 
 def test_only_users_who_may_view_runs_or_the_token_may_scrape(client, settings, django_user_model):

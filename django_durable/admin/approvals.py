@@ -49,7 +49,7 @@ class ApprovalAdmin(DurableAdmin):
     def decide_view(self, request, pk):
         self._check(request)
         approval = get_object_or_404(Approval.objects.using(conf.get("DATABASE")).select_related("run"), pk=pk)
-        return self._decide(request, approval, link=None, token=None)
+        return self._decide(request, approval, link=None)
 
     def link_view(self, request, token):
         self._check(request)
@@ -58,9 +58,9 @@ class ApprovalAdmin(DurableAdmin):
         except approvals.InvalidLink as refused:
             return TemplateResponse(request, "admin/django_durable/approval/decide.html", self.page_context(
                 request, "Approval link", refused=str(refused)), status=400)
-        return self._decide(request, approval, link=nonce, token=token)
+        return self._decide(request, approval, link=nonce)
 
-    def _decide(self, request, approval: Approval, *, link, token):
+    def _decide(self, request, approval: Approval, *, link):
         may = approvals.may_decide(request.user, approval)
         if not may and not request.user.has_perm("django_durable.view_workflowrun"):
             raise PermissionDenied  # neither an approver nor an operator: nothing to see here
@@ -72,11 +72,8 @@ class ApprovalAdmin(DurableAdmin):
                 try:
                     approvals.decide(approval.run_id, approval.key, request.user, approve=decision == "approve",
                                      comment=request.POST.get("comment", ""), link=link)
-                except PermissionDenied as refused:
+                except (PermissionDenied, DurableError) as refused:
                     messages.error(request, str(refused) or "You may not decide this approval.")
-                    return HttpResponseRedirect(request.path)
-                except DurableError as refused:
-                    messages.error(request, str(refused))
                     return HttpResponseRedirect(request.path)
                 messages.success(request, f"{'Approved' if decision == 'approve' else 'Rejected'}: "
                                           f"{approval.message or approval.key}.")
@@ -87,7 +84,7 @@ class ApprovalAdmin(DurableAdmin):
             request, approval.message or f"Approval {approval.key}", approval=approval, decisions=decisions,
             data=serialization.dumps(approval.data, indent=2) if approval.data else "",
             may_decide=may and not decided and approval.status == Approval.Status.PENDING, decided=decided,
-            token=token, run_url=reverse(f"{self.admin_site.name}:django_durable_workflowrun_change",
+            run_url=reverse(f"{self.admin_site.name}:django_durable_workflowrun_change",
                                          args=[approval.run_id])))
 
     def _check(self, request) -> None:

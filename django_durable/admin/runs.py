@@ -22,6 +22,7 @@ from django.utils.safestring import mark_safe
 from .. import registry, serialization, services
 from ..exceptions import DurableError, InvalidArguments
 from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
+from ..services.control import RESUMABLE
 from ..workpool import evidence
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
@@ -441,7 +442,7 @@ class WorkflowRunAdmin(DurableAdmin):
     def _buttons(self, request, run: WorkflowRun):
         allowed = {
             "cancel": not run.is_finished,
-            "retry": run.status in (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.BLOCKED),
+            "retry": run.status in RESUMABLE,
             "force-fail": not run.is_finished,
             "retry-rollback": run.status == Status.COMPENSATION_FAILED,
             "signal": not run.is_finished,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.contenttypes.admin import GenericTabularInline
-from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from .. import registry, services
 from ..exceptions import DurableError
 from ..models import Step, WorkflowRun
+from ..services.control import RESUMABLE
 from .display import status_badge
 
 RECENT_STEPS = 12
@@ -37,10 +37,8 @@ class DurableRunsInline(GenericTabularInline):
     extra = 0
     max_num = 0
     can_delete = False
-    show_change_link = False
     fields = readonly_fields = ("run", "workflow", "state", "timeline", "created_at", "finished_at", "act")
     ordering = ("-created_at",)
-    template = "admin/edit_inline/tabular.html"
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -52,8 +50,7 @@ class DurableRunsInline(GenericTabularInline):
         return False
 
     def get_queryset(self, request):
-        return super().get_queryset(request).defer("input", "result", "error").annotate(
-            done=Count("steps", filter=Q(steps__status=Step.Status.COMPLETED)))
+        return super().get_queryset(request).defer("input", "result", "error")
 
     @admin.display(description="run")
     def run(self, obj):
@@ -74,8 +71,7 @@ class DurableRunsInline(GenericTabularInline):
         actions = []
         if not obj.is_finished:
             actions.append(("cancel", "Cancel"))
-        if obj.status in (WorkflowRun.Status.FAILED, WorkflowRun.Status.TIMED_OUT, WorkflowRun.Status.CANCELLED,
-                          WorkflowRun.Status.BLOCKED):
+        if obj.status in RESUMABLE:
             actions.append(("retry", "Retry"))
         return format_html_join(" ", '<a class="button" href="{}">{}</a>', (
             (reverse(f"{self.admin_site.name}:django_durable_workflowrun_action", args=[obj.pk, name]), title)

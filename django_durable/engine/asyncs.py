@@ -48,6 +48,14 @@ def drive(coroutine, name: str) -> Any:
     )
 
 
+def settled(value, deadline, claim, key: str) -> Any:
+    """What a step's function returned: as it is, or, for a coroutine (an async step), its value
+    once run to its end, cancelled at `deadline` (the database's clock, through `claim`)."""
+    if not inspect.iscoroutine(value):
+        return value
+    return run_step(value, None if deadline is None else claim.db_seconds_until(deadline), key)
+
+
 def run_step(value, timeout: float | None, key: str) -> Any:
     """Run an async step's coroutine `value` to its end, cancelled after `timeout` seconds."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import logging
 import traceback
 from collections.abc import Callable
@@ -91,10 +90,8 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
                 current_step(claim.run_id, claim.run.workflow, claim.step_key, attempt, claim,
                              _earlier(claim) if attempt > 1 else None), \
                 telemetry.step_span(claim.run_id, claim.run.workflow, claim.step_key, attempt, spec.get("trace")):
-            value = fn(*spec.get("args", []), **spec.get("kwargs", {}))
-            if asynchronous or inspect.iscoroutine(value):
-                value = asyncs.run_step(value, None if deadline is None else claim.db_seconds_until(deadline),
-                                        claim.step_key)
+            value = asyncs.settled(fn(*spec.get("args", []), **spec.get("kwargs", {})), deadline, claim,
+                                   claim.step_key)
         if faults.active:
             faults.hit("after_step_return", claim.step_key)
         text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",

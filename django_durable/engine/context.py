@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import logging
 import random as _random
 import traceback
@@ -124,10 +123,7 @@ class Context(Waits, Composition, Flow):
                 if atomic:
                     return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind, covered)
                 with covered:
-                    value = fn(*args, **kwargs)
-                    if asynchronous or inspect.iscoroutine(value):
-                        value = asyncs.run_step(value, None if deadline is None else
-                                                self._session.claim.db_seconds_until(deadline), key)
+                    value = asyncs.settled(fn(*args, **kwargs), deadline, self._session.claim, key)
             except _StepRaised as raised:
                 exc = raised.__cause__
             except Exception as exc_:
@@ -236,8 +232,7 @@ class Context(Waits, Composition, Flow):
             raise CancelRequested()
 
     def _claim_key(self, key: str) -> None:
-        if self.diverged is not None:  # caught by the workflow code: nothing more runs
-            raise NonDeterminismError(str(self.diverged))
+        self._stop_if_diverged()
         _check_key(key)
         if key in self._used:
             raise ValueError(
@@ -290,6 +285,11 @@ class Context(Waits, Composition, Flow):
                 f"(ctx.patched()), or give the new call another key."
             )
 
+    def _stop_if_diverged(self) -> None:
+        """After a divergence the workflow code caught, nothing more of it runs or is recorded."""
+        if self.diverged is not None:
+            raise NonDeterminismError(str(self.diverged))
+
     def _diverge(self, message: str) -> NonDeterminismError:
         """The NonDeterminismError to raise, remembered (see `diverged`)."""
         if self.diverged is None:
@@ -329,8 +329,7 @@ class Context(Waits, Composition, Flow):
         count = self._counters.get(what, 0)
         self._counters[what] = count + 1
         key = f"{what}:{count}"
-        if self.diverged is not None:
-            raise NonDeterminismError(str(self.diverged))
+        self._stop_if_diverged()
         self._used.add(key)  # reached (patched() tells history still ahead from history behind)
         entry = self._journal.get(key)
         if entry is not None:

@@ -284,7 +284,6 @@ def _name(fn) -> str:
     return f"{module}.{name}" if module else name
 
 
-
 def _approvers_text(approvers) -> str:
     """Who may decide an approval, for a shape: the permission or group, or "users"."""
     try:

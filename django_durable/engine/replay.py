@@ -307,12 +307,10 @@ def _advance(claim, run, should_stop, then) -> str:
         session=session, retry=definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY")),
     )
     try:
-        value = asyncs.call_workflow(definition.fn, context, args, kwargs)
+        value = _call(definition, context, args, kwargs)
     except NonDeterminismError as exc:
         return _block(claim, run, session, exc)
     except Suspend as suspend:
-        if context.diverged is not None:
-            return _block(claim, run, session, context.diverged)
         return _wait(claim, session, suspend)
     except Preempted:
         return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
@@ -327,20 +325,30 @@ def _advance(claim, run, should_stop, then) -> str:
     except CompensationFailed as failed:
         return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
     except Exception as exc:
-        if context.diverged is not None:
-            return _block(claim, run, session, context.diverged)
         if run.attempt < run.max_attempts and _retried(exc, definition):
             return _retry_run(claim, run, session, exc, definition)
         if definition.compensate_on_failure:
             return _compensate(claim, run, session, context, RunStatus.FAILED, _error_text(exc))
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
-    if context.diverged is not None:  # the workflow code caught it and went on
-        return _block(claim, run, session, context.diverged)
     try:
         result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     except (TypeError, ValueError) as exc:
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
     return _finish(claim, run, RunStatus.COMPLETED, result=result, session=session)
+
+
+def _call(definition, context: Context, args, kwargs):
+    """Run the workflow function; a divergence from the journal that its code caught (and then
+    waited, raised or returned) is raised again: the run is blocked whatever the code did next."""
+    try:
+        value = asyncs.call_workflow(definition.fn, context, args, kwargs)
+    except (Suspend, Exception):
+        if context.diverged is not None:
+            raise context.diverged from None
+        raise
+    if context.diverged is not None:
+        raise context.diverged
+    return value
 
 
 def _wait(claim, session, suspend) -> str:

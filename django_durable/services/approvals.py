@@ -78,14 +78,15 @@ def open_approval(run_id, key: str, spec: dict, quorum: int, message: str, data:
     )], ignore_conflicts=True)
 
 
-def may_decide(user, approval: Approval) -> bool:
-    """Whether `user` is one of `approval`'s approvers (an active, logged-in user)."""
+def may_decide(user, approval: Approval, groups: set[str] | None = None) -> bool:
+    """Whether `user` is one of `approval`'s approvers (an active, logged-in user); `groups`, the
+    names of the user's groups when the caller read them already."""
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return False
     if approval.permission:
         return user.has_perm(approval.permission)
     if approval.group:
-        return user.groups.filter(name=approval.group).exists()
+        return approval.group in groups if groups is not None else user.groups.filter(name=approval.group).exists()
     return str(user.pk) in approval.users
 
 
@@ -100,19 +101,10 @@ def approvals_for(user, db: str | None = None) -> list[Approval]:
         .filter(Q(deadline_at__isnull=True) | Q(deadline_at__gt=now))
         .exclude(run__status__in=WorkflowRun.TERMINAL)
         .exclude(decisions__user=user)
-        .select_related("run").order_by("created_at", "id")
+        .select_related("run").prefetch_related("decisions").order_by("created_at", "id")
     )
-    groups = None
-    allowed = []
-    for approval in candidates:
-        if approval.group:
-            if groups is None:
-                groups = set(user.groups.values_list("name", flat=True)) if user.is_active else set()
-            if approval.group in groups:
-                allowed.append(approval)
-        elif may_decide(user, approval):
-            allowed.append(approval)
-    return allowed
+    groups = set(user.groups.values_list("name", flat=True))  # once, not a query per approval
+    return [approval for approval in candidates if may_decide(user, approval, groups)]
 
 
 def decide(run_id, key: str, user, *, approve: bool, comment: str = "", link: str | None = None) -> Approval:

@@ -24,8 +24,9 @@ from .runs import _run_pk, get_run
 Status = WorkflowRun.Status
 EventType = WorkflowEvent.Type
 
-# The states retry_run() takes a run from.
+# The states retry_run() restarts a run from; and those it takes a run from, a blocked one resumed.
 RETRYABLE = frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED})
+RESUMABLE = RETRYABLE | {Status.BLOCKED}
 
 
 def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> WorkflowRun:
@@ -103,7 +104,6 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
         if run.status == Status.BLOCKED:
             _give_advance_back(run, db)
             audit.record(pk, EventType.RETRIED, by=by, data={"from": Status.BLOCKED}, db=db)
-            workpool.notify(db)
             run.refresh_from_db()
             return run
         check_restartable(run, db)
@@ -278,7 +278,6 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
             _give_advance_back(run, db)
             audit.record(pk, EventType.RECOVERED, by=by, message="Nothing would advance it; its advance was given back.",
                          db=db)
-            workpool.notify(db)
             recovered.append(pk)
     return recovered
 
@@ -292,6 +291,7 @@ def _give_advance_back(run: WorkflowRun, db: str) -> None:
             concurrency_key=run.concurrency_key, status=WorkItem.Status.PENDING, available_at=clock.db_now())
     WorkflowRun.objects.using(db).filter(pk=run.pk, status__in=[Status.RUNNING, Status.BLOCKED]).update(
         status=Status.PENDING, waiting_on="", updated_at=clock.db_now())
+    workpool.notify(db)
 
 
 def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:

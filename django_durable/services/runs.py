@@ -17,7 +17,7 @@ from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
 from ..models import WorkflowEvent, WorkflowRun
 from ..workpool import queries
 from ..workpool import runs as _runs
-from ..workpool.runs import create_run
+from ..workpool.runs import create_run, subject_key
 
 __all__ = ["create_run", "get_run", "resolve_run_id", "start", "start_and_wait", "start_many", "start_run", "wait"]
 
@@ -137,13 +137,8 @@ async def await_result(run_id, timeout: float | None = None) -> Any:
 def runs_for(subject, *, workflow: str | Callable | None = None):
     """The runs started for `subject` (a model instance), newest first, as a WorkflowRun queryset;
     with `workflow`, only that workflow's."""
-    from django.contrib.contenttypes.models import ContentType
-
-    db = conf.get("DATABASE")
-    if getattr(subject, "_meta", None) is None or subject.pk is None:
-        raise ValueError(f"runs_for() takes a saved model instance, not {subject!r}.")
-    runs = WorkflowRun.objects.using(db).filter(
-        subject_type=ContentType.objects.db_manager(db).get_for_model(subject), subject_id=str(subject.pk))
+    content_type, pk = subject_key(subject, "runs_for()'s subject")
+    runs = WorkflowRun.objects.using(conf.get("DATABASE")).filter(subject_type=content_type, subject_id=pk)
     if workflow is not None:
         runs = runs.filter(workflow=registry.get(workflow).name)
     return runs.order_by("-created_at")

@@ -97,19 +97,22 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     return run
 
 
+def subject_key(subject, what: str = "subject"):
+    """(content type, primary key as text) of `subject`, a saved model instance; ValueError otherwise."""
+    if getattr(subject, "_meta", None) is None or getattr(subject, "pk", None) is None:
+        raise ValueError(f"{what} must be a saved model instance, not {subject!r}.")
+    from django.contrib.contenttypes.models import ContentType
+
+    return ContentType.objects.db_manager(conf.get("DATABASE")).get_for_model(subject), str(subject.pk)
+
+
 def _subject_fields(definition, subject) -> dict:
     """The run's subject columns for `subject` (a saved model instance, or None)."""
     if subject is None:
         return {}
-    pk = getattr(subject, "pk", None)
-    meta = getattr(subject, "_meta", None)
-    if meta is None or pk is None:
-        raise ValueError(f"subject must be a saved model instance, not {subject!r}.")
-    from django.contrib.contenttypes.models import ContentType
-
-    content_type = ContentType.objects.db_manager(conf.get("DATABASE")).get_for_model(subject)
+    content_type, pk = subject_key(subject)
     return {
-        "subject_type": content_type, "subject_id": str(pk), "subject_label": str(subject)[:200],
+        "subject_type": content_type, "subject_id": pk, "subject_label": str(subject)[:200],
         "subject_lock": f"{content_type.pk}:{pk}" if definition.one_at_a_time else None,
     }
 
