@@ -42,6 +42,16 @@ def browser():
     driver.quit()
 
 
+def log_in(browser, live_server, username: str, next_path: str) -> None:
+    """Log in through the admin's login form (password "a-long-password"), then go on to `next_path`."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{live_server.url}/admin/login/?next={next_path}")
+    browser.find_element(By.NAME, "username").send_keys(username)
+    browser.find_element(By.NAME, "password").send_keys("a-long-password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
 def screenshot(driver, name: str) -> None:
     target = os.environ.get("DURABLE_SCREENSHOTS")
     if target:
@@ -69,10 +79,7 @@ def test_an_operator_finds_a_failure_and_cancels_a_waiting_run(browser, live_ser
     assert WorkflowRun.objects.get(pk=showcase.pk).status == "failed"
 
     # Log in.
-    browser.get(f"{live_server.url}/admin/login/?next=/admin/django_durable/overview/")
-    browser.find_element(By.NAME, "username").send_keys("ops")
-    browser.find_element(By.NAME, "password").send_keys("a-long-password")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, live_server, "ops", "/admin/django_durable/overview/")
 
     # The overview: counts by queue, the charts, the latest failure.
     assert browser.find_element(By.TAG_NAME, "h1").text == "Durable workflows: overview"
@@ -118,13 +125,8 @@ def test_an_operator_finds_a_failure_and_cancels_a_waiting_run(browser, live_ser
 
 
 def _login(browser, live_server, django_user_model):
-    from selenium.webdriver.common.by import By
-
     django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password")
-    browser.get(f"{live_server.url}/admin/login/?next=/admin/django_durable/overview/")
-    browser.find_element(By.NAME, "username").send_keys("ops")
-    browser.find_element(By.NAME, "password").send_keys("a-long-password")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, live_server, "ops", "/admin/django_durable/overview/")
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -207,10 +209,7 @@ def test_an_approver_decides_from_the_approval_inbox(browser, live_server, djang
     run = durable.start("tests.refund_approval", 25)
     drain()
 
-    browser.get(f"{live_server.url}/admin/login/?next=/admin/django_durable/approval/")
-    browser.find_element(By.NAME, "username").send_keys("ann")
-    browser.find_element(By.NAME, "password").send_keys("a-long-password")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, live_server, "ann", "/admin/django_durable/approval/")
     assert browser.find_element(By.TAG_NAME, "h1").text == "Approvals waiting for you"
     inbox = browser.find_element(By.ID, "durable-approvals").text
     assert "Refund 25 EUR?" in inbox and "0 of 1" in inbox
@@ -237,10 +236,7 @@ def test_a_rows_runs_show_on_its_own_admin_page(browser, live_server, django_use
     ticket = Ticket.objects.create(title="printer on fire")
     run = durable.start("tests.ticket_flow", ticket.pk, subject=ticket)
     drain()
-    browser.get(f"{live_server.url}/admin/login/?next=/admin/testapp/ticket/{ticket.pk}/change/")
-    browser.find_element(By.NAME, "username").send_keys("ops")
-    browser.find_element(By.NAME, "password").send_keys("a-long-password")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, live_server, "ops", f"/admin/testapp/ticket/{ticket.pk}/change/")
     inline = browser.find_element(By.CSS_SELECTOR, "#durable-workflowrun-content_type-object_id-group, .inline-group")
     assert "WORKFLOW RUNS" in inline.text.upper() and "tests.ticket_flow" in inline.text and "waiting" in inline.text
     assert "triage" in inline.text and "1 of 2" in inline.text
