@@ -15,6 +15,7 @@ class DurableConfig(AppConfig):
         import logging
 
         from . import checks  # noqa: F401 - registers the system checks
+        from .subjects import connect_deletions
         from .telemetry import LogContextFilter
 
         # Every line of ours carries the run and step it is about (record.run_id, record.step_key),
@@ -23,6 +24,8 @@ class DurableConfig(AppConfig):
             logger = logging.getLogger(name)
             if not any(isinstance(f, LogContextFilter) for f in logger.filters):
                 logger.addFilter(LogContextFilter())
+
+        connect_deletions()
 
         # Like admin.py: every installed app's workflows.py registers its workflows, and, when
         # TASKS runs tasks here, its tasks.py its django.tasks tasks (tasks.discover).

@@ -33,6 +33,7 @@ def check_settings(app_configs=None, **kwargs):
             hint="Point DURABLE_DATABASE at a PostgreSQL (production) or SQLite (development) database.",
             id="django_durable.E003",
         ))
+    errors.extend(_check_routing(alias))
     errors.extend(_check_timing())
     errors.extend(_check_retry())
     errors.extend(_check_queues())
@@ -46,6 +47,27 @@ def check_settings(app_configs=None, **kwargs):
                 id="django_durable.W001",
             ))
     return errors
+
+
+def _check_routing(alias):
+    """With the durable tables apart, Django's own writes (the admin's transactions, save()) and
+    migrations must be routed there, and the other databases must not get the tables."""
+    from django.db import DEFAULT_DB_ALIAS, router
+
+    from .models import WorkflowRun
+
+    if alias == DEFAULT_DB_ALIAS:
+        return []
+    wrong = [name for name in settings.DATABASES
+             if router.allow_migrate_model(name, WorkflowRun) != (name == alias)]
+    if router.db_for_write(WorkflowRun) == alias and not wrong:
+        return []
+    return [Error(
+        f"DURABLE_DATABASE is {alias!r}, but the database routers do not keep the durable tables there"
+        + (f" (their migrations are routed wrongly for {', '.join(map(repr, wrong))})." if wrong else "."),
+        hint='Add "django_durable.routers.DurableRouter" to DATABASE_ROUTERS (first).',
+        id="django_durable.E008",
+    )]
 
 
 def _check_timing():

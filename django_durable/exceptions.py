@@ -84,6 +84,12 @@ class NonRetryableError(DurableError):
     """Raise it in a step to fail the step at once, whatever its retry policy."""
 
 
+class OtherDatabase(NonRetryableError):
+    """The durable tables are on another database (DURABLE_DATABASE) than a transaction that relies
+    on them: a start inside a transaction of another database, or an ``atomic=True`` step writing to
+    another database. Neither could commit or roll back with the durable write, so it is refused."""
+
+
 class RetryAfter(DurableError):
     """Raise it in a step to be tried again after `seconds` (a rate limit's Retry-After).
 

@@ -14,8 +14,38 @@ from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
-from . import clock, serialization
+from . import clock, conf, serialization
 from .humanize import short_id
+
+
+class SubjectRelation(GenericForeignKey):
+    """A run's subject (start(..., subject=row)), read on the row's own database, not the run's:
+    with DURABLE_DATABASE apart, the durable database has neither the content types nor the rows.
+    None without one, or once the row is deleted (subject_label still names it)."""
+
+    def __get__(self, instance, cls=None):
+        if instance is None:
+            return self
+        if self.is_cached(instance):
+            return self.get_cached_value(instance)
+        subject = None
+        if instance.subject_type_id is not None:
+            from django.contrib.contenttypes.models import ContentType
+
+            model = ContentType.objects.get_for_id(instance.subject_type_id).model_class()
+            if model is not None:
+                subject = model._default_manager.filter(pk=instance.subject_id).first()
+        self.set_cached_value(instance, subject)
+        return subject
+
+
+class DurableManager(models.Manager):
+    """Every durable model's manager: its querysets use DURABLE_DATABASE unless told otherwise
+    (.using(), db_manager()), so the admin, the API and project code reading the durable tables
+    find them on their own database, with or without django_durable.routers.DurableRouter."""
+
+    def get_queryset(self):
+        return self._queryset_class(model=self.model, using=self._db or conf.get("DATABASE"), hints=self._hints)
 
 
 def uuid7() -> uuid.UUID:
@@ -167,15 +197,17 @@ class WorkflowRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # The model row the run is about (start(..., subject=order)): a generic relation, so deleting
     # the row leaves its runs (their `subject` is then None; `subject_label` still names it).
-    subject_type = models.ForeignKey("contenttypes.ContentType", null=True, blank=True, on_delete=models.SET_NULL,
-                                     related_name="+")
+    # No constraint and no cascade: the content types may live on another database than the durable
+    # tables (DURABLE_DATABASE); a deleted content type's runs lose it by a receiver (subjects.py).
+    subject_type = models.ForeignKey("contenttypes.ContentType", null=True, blank=True, on_delete=models.DO_NOTHING,
+                                     db_constraint=False, related_name="+")
     subject_id = models.CharField(max_length=255, null=True, blank=True)
-    subject = GenericForeignKey("subject_type", "subject_id")
+    subject = SubjectRelation("subject_type", "subject_id")
     subject_label = models.CharField(max_length=200, null=True, blank=True, help_text="str() of the subject at start.")
     # Set for a one_at_a_time workflow's run: "<content type>:<pk>", unique among its unfinished runs.
     subject_lock = models.CharField(max_length=300, null=True, blank=True, editable=False)
 
-    objects = WorkflowRunQuerySet.as_manager()
+    objects = DurableManager.from_queryset(WorkflowRunQuerySet)()
 
     class Meta:
         db_table = "durable_workflow_run"
@@ -227,6 +259,7 @@ class WorkflowRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow} {self.id} ({self.status})"
+
 
     @property
     def is_finished(self) -> bool:
@@ -377,6 +410,8 @@ class Step(models.Model):
         max_length=16, null=True, blank=True,
         help_text="A hash of the step's function and arguments: a replay that calls it otherwise is stopped.",
     )
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_step"
@@ -545,7 +580,7 @@ class WorkItem(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
 
-    objects = WorkItemQuerySet.as_manager()
+    objects = DurableManager.from_queryset(WorkItemQuerySet)()
 
     class Meta:
         db_table = "durable_work_item"
@@ -594,6 +629,8 @@ class QueueState(models.Model):
     name = models.CharField(max_length=100, primary_key=True)
     next_claim_at = models.DateTimeField()
 
+    objects = DurableManager()
+
     class Meta:
         db_table = "durable_queue"
 
@@ -626,6 +663,8 @@ class Timer(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(db_default=Now())
     fired_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_timer"
@@ -667,6 +706,8 @@ class SignalMessage(models.Model):
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by = models.CharField(max_length=255, blank=True, default="", help_text="The wait's key.")
 
+    objects = DurableManager()
+
     class Meta:
         db_table = "durable_signal"
         ordering = ["run", "id"]
@@ -700,6 +741,8 @@ class StoredEvent(models.Model):
     name = models.CharField(max_length=200)
     payload = models.TextField(default="null", help_text="JSON.")
     created_at = models.DateTimeField(db_default=Now())
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_event"
@@ -741,6 +784,8 @@ class Approval(models.Model):
     deadline_at = models.DateTimeField(null=True, blank=True, help_text="When the wait gives up.")
     decided_at = models.DateTimeField(null=True, blank=True)
 
+    objects = DurableManager()
+
     class Meta:
         db_table = "durable_approval"
         ordering = ["-created_at", "-id"]
@@ -764,12 +809,16 @@ class ApprovalDecision(models.Model):
     """One user's decision on an approval (at most one each)."""
 
     approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="decisions")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # Like subject_type: the users may be on another database; deleting one nulls this (subjects.py).
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                             related_name="+")
     username = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
     approved = models.BooleanField()
     comment = models.TextField(blank=True, default="")
     at = models.DateTimeField(db_default=Now())
     link = models.CharField(max_length=64, null=True, blank=True, help_text="The e-mailed link it came by.")
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_approval_decision"
@@ -819,6 +868,8 @@ class Schedule(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_schedule"
@@ -875,6 +926,8 @@ class WorkflowEvent(models.Model):
     message = models.TextField(blank=True, default="")
     data = models.JSONField(default=dict, blank=True)
 
+    objects = DurableManager()
+
     class Meta:
         db_table = "durable_workflow_event"
         ordering = ["run", "at", "id"]
@@ -896,6 +949,8 @@ class Worker(models.Model):
     stopped_at = models.DateTimeField(null=True, blank=True)
     processed = models.PositiveBigIntegerField(default=0, help_text="Work items it finished.")
     current = models.CharField(max_length=300, blank=True, default="", help_text="What it is doing now.")
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_worker"

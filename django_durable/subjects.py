@@ -48,3 +48,23 @@ def cancel_runs_on_delete(model, *, workflows=None, reason: str = "Its subject w
             transaction.on_commit(after_commit, using=using)
 
     post_delete.connect(cancel_its_runs, sender=model, weak=False, dispatch_uid=f"durable-subject-{model._meta.label}")
+
+
+def forget_deleted_rows(sender, instance, **kwargs) -> None:
+    """A deleted user or content type leaves no id behind in the durable tables (they may be on
+    another database, so this is a receiver, not a foreign key's SET_NULL)."""
+    from django.contrib.contenttypes.models import ContentType
+
+    from .models import ApprovalDecision, WorkflowRun
+
+    if isinstance(instance, ContentType):
+        WorkflowRun.objects.filter(subject_type_id=instance.pk).update(subject_type=None)
+    else:
+        ApprovalDecision.objects.filter(user_id=instance.pk).update(user=None)
+
+
+def connect_deletions() -> None:
+    from django.conf import settings
+
+    post_delete.connect(forget_deleted_rows, sender=settings.AUTH_USER_MODEL, dispatch_uid="durable-user-deleted")
+    post_delete.connect(forget_deleted_rows, sender="contenttypes.ContentType", dispatch_uid="durable-type-deleted")

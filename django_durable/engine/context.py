@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import clock, conf, faults, serialization, telemetry
+from ..databases import writes_only_to
 from ..exceptions import ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
@@ -158,7 +159,7 @@ class Context(Waits, Composition, Flow):
     def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):
         with transaction.atomic(using=self._session.db):
             try:
-                with covered:
+                with covered, writes_only_to(self._session.db, key):
                     value = fn(*args, **kwargs)
                 if faults.active:
                     faults.hit("after_step_return", key)

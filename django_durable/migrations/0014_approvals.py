@@ -61,7 +61,8 @@ class Migration(migrations.Migration):
                 ('at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
                 ('link', models.CharField(blank=True, help_text='The e-mailed link it came by.', max_length=64, null=True)),
                 ('approval', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='django_durable.approval')),
-                ('user', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                # Without a constraint (0016): the users may be on another database than the durable tables.
+                ('user', models.ForeignKey(db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
             options={
                 'db_table': 'durable_approval_decision',

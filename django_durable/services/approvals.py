@@ -100,7 +100,7 @@ def approvals_for(user, db: str | None = None) -> list[Approval]:
         Approval.objects.using(db).filter(status=Approval.Status.PENDING)
         .filter(Q(deadline_at__isnull=True) | Q(deadline_at__gt=now))
         .exclude(run__status__in=WorkflowRun.TERMINAL)
-        .exclude(decisions__user=user)
+        .exclude(decisions__user_id=user.pk)
         .select_related("run").prefetch_related("decisions").order_by("created_at", "id")
     )
     groups = set(user.groups.values_list("name", flat=True))  # once, not a query per approval
@@ -136,13 +136,13 @@ def decide(run_id, key: str, user, *, approve: bool, comment: str = "", link: st
         if approval.deadline_at is not None and Approval.objects.using(db).filter(
                 pk=approval.pk, deadline_at__lte=clock.db_now()).exists():
             raise InvalidTransition(f"The approval {key!r} of run {pk} expired at {approval.deadline_at:%Y-%m-%d %H:%M} UTC.")
-        if ApprovalDecision.objects.using(db).filter(approval=approval, user=user).exists():
+        if ApprovalDecision.objects.using(db).filter(approval=approval, user_id=user.pk).exists():
             raise InvalidTransition(f"You already decided the approval {key!r} of run {pk}; a quorum "
                                     f"needs different people.")
         try:
             with transaction.atomic(using=db):
                 ApprovalDecision.objects.using(db).create(
-                    approval=approval, user=user, username=user.get_username(), approved=bool(approve),
+                    approval=approval, user_id=user.pk, username=user.get_username(), approved=bool(approve),
                     comment=comment, link=link)
         except IntegrityError as exc:
             raise InvalidLink("This approval link was already used.") from exc

@@ -13,6 +13,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
 from .. import clock, conf, serialization, telemetry
+from ..databases import refuse_other_transaction
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
 from . import notify, postgres, queries
@@ -38,6 +39,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         raise ValueError(f"idempotency_key must be a string of 1 to 255 characters, not {idempotency_key!r}.")
     concurrency_key = _check_concurrency_key(concurrency_key)
     db = conf.get("DATABASE")
+    refuse_other_transaction(db, f"A run of {definition.name!r} was started")
     run = WorkflowRun(
         workflow=definition.name,
         input=text,
@@ -103,7 +105,7 @@ def subject_key(subject, what: str = "subject"):
         raise ValueError(f"{what} must be a saved model instance, not {subject!r}.")
     from django.contrib.contenttypes.models import ContentType
 
-    return ContentType.objects.db_manager(conf.get("DATABASE")).get_for_model(subject), str(subject.pk)
+    return ContentType.objects.get_for_model(subject), str(subject.pk)
 
 
 def _subject_fields(definition, subject) -> dict:
@@ -112,7 +114,8 @@ def _subject_fields(definition, subject) -> dict:
         return {}
     content_type, pk = subject_key(subject)
     return {
-        "subject_type": content_type, "subject_id": pk, "subject_label": str(subject)[:200],
+        # The id, not the instance: the content type may be on another database (no relation there).
+        "subject_type_id": content_type.pk, "subject_id": pk, "subject_label": str(subject)[:200],
         "subject_lock": f"{content_type.pk}:{pk}" if definition.one_at_a_time else None,
     }
 
@@ -172,6 +175,7 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
     concurrency_key = _check_concurrency_key(concurrency_key)
     ids = [uuid7() for _ in inputs]
     db = conf.get("DATABASE")
+    refuse_other_transaction(db, f"Runs of {definition.name!r} were started")
     with transaction.atomic(using=db):
         for first in range(0, len(ids), START_MANY_BATCH):
             batch = slice(first, first + START_MANY_BATCH)

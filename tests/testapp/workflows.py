@@ -118,6 +118,12 @@ def atomic_pay(ctx, amount):
     return paid
 
 
+@durable.workflow("tests.plain_pay")
+def plain_pay(ctx, amount):
+    """atomic_pay without atomic=True: the payment commits on its own (test_own_database)."""
+    return ctx.step("pay", pay, ctx.run_id, amount)
+
+
 @durable.workflow("tests.trivial")
 def trivial(ctx, n=10):
     total = 0
