@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-latest bench bench-peers chaos clean
+.PHONY: demo test test-latest bench bench-peers chaos hosts clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench-peers: $(STAMP)
 # workers and random database errors, then every promise checked. CHAOS_SECONDS=... to change.
 chaos: $(STAMP)
 	$(VENV)/bin/python -m tests.chaos --duration $${CHAOS_SECONDS:-600} --db-faults
+
+# Two worker hosts and a PostgreSQL server in network namespaces of their own (needs root):
+# runs shared, a host's link cut mid-step and restored, NOTIFY across hosts (tests/hosts.py).
+hosts: $(STAMP)
+	$(VENV)/bin/python -m tests.hosts
 
 clean:
 	rm -rf $(VENV) .venv-latest dist build db.sqlite3 db.sqlite3-*

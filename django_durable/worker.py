@@ -313,6 +313,10 @@ class Backoff:
 LIMITED_POLL = 0.05
 
 
+# libpq's TCP keepalives for the listening session: a dead peer is found within about 25 seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
 class Waiter:
     """Sleeps until work may be ready: a NOTIFY on PostgreSQL, a stop request, or the poll interval.
 
@@ -336,12 +340,20 @@ class Waiter:
 
             params = connections[self.db].get_connection_params()
             params.pop("cursor_factory", None)
+            # A session that only listens sends nothing: without keepalives a host cut off from the
+            # database (or a server restarted meanwhile) would leave it waiting on a dead socket.
+            for name, value in KEEPALIVES.items():
+                params.setdefault(name, value)
             self.listener = psycopg.connect(**params, autocommit=True)
             self.listener.execute(f"LISTEN {workpool.NOTIFY_CHANNEL}")
         except Exception as exc:  # noqa: BLE001 - polling still works without notifications
             logger.warning("LISTEN failed (%s); polling only.", exc)
             self._listen_failed_at = time.monotonic()
             self.close()
+            return None
+        if self._listen_failed_at:
+            logger.info("Listening for notifications again.")
+            self._listen_failed_at = 0.0
         return self.listener
 
     def wait(self, timeout: float) -> None:
@@ -349,11 +361,11 @@ class Waiter:
         fds = [self.wake_fd] + ([listener.fileno()] if listener is not None else [])
         try:
             select.select(fds, [], [], timeout)
-            if listener is not None:
-                for _ in listener.notifies(timeout=0):
-                    pass
+            if listener is not None and sum(1 for _ in listener.notifies(timeout=0)):
+                logger.debug("Woken by a notification.")
         except Exception as exc:  # noqa: BLE001 - a dead listener is replaced on the next wait
-            logger.warning("Lost the LISTEN connection (%s); reconnecting.", exc)
+            logger.warning("Lost the LISTEN connection (%s); polling every %gs, listening again in 10s.",
+                           exc, timeout)
             self._listen_failed_at = time.monotonic()
             self.close()
         self._drain()
