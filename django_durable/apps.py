@@ -26,6 +26,9 @@ class DurableConfig(AppConfig):
                 logger.addFilter(LogContextFilter())
 
         connect_deletions()
+        from .retention import register_prune
+
+        register_prune()  # the built-in durable.prune and its schedule
 
         # Like admin.py: every installed app's workflows.py registers its workflows, and, when
         # TASKS runs tasks here, its tasks.py its django.tasks tasks (tasks.discover).

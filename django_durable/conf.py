@@ -49,12 +49,15 @@ DEFAULTS: dict[str, Any] = {
     # After how many seconds without a report a worker counts as gone: the admin marks it
     # stale, and warns on every durable page when no worker is live.
     "WORKER_STALE_SECONDS": 60.0,
-    # How long finished runs are kept before `manage.py durable prune` deletes them: a timedelta
-    # or seconds.
+    # How long finished runs are kept before the prune deletes them (a workflow's own
+    # retention= wins): a timedelta or seconds.
     "RETENTION": 30 * 24 * 3600.0,
     # How long emitted events are kept for runs that begin waiting for them later (a timedelta
     # or seconds; 0 keeps none: an event reaches only the runs waiting when it is emitted).
     "EVENT_RETENTION": 7 * 24 * 3600.0,
+    # When the built-in workflow durable.prune deletes what is past its retention: a cron
+    # expression (UTC), or a dict of ensure_schedule() options; None: only `durable prune` does.
+    "PRUNE_SCHEDULE": "17 3 * * *",
     # A secret that lets Prometheus read durable/metrics/ ("Authorization: Bearer <token>"); None:
     # only logged-in users who may view runs can.
     "METRICS_TOKEN": None,

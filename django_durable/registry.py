@@ -36,6 +36,7 @@ class WorkflowDefinition:
     schedule: str | dict | None = None
     input: Any = None  # a DRF Serializer class, or a callable: validates a run's input (validated())
     one_at_a_time: bool = False  # at most one unfinished run per subject (start(..., subject=obj))
+    retention: dt.timedelta | None = None  # how long its finished runs are kept; None: DURABLE_RETENTION
 
     kind = "workflow"  # or "task": a django.tasks task (tasks.TaskDefinition)
 
@@ -136,6 +137,7 @@ def workflow(
     schedule: str | dict | None = None,
     input: Any = None,
     one_at_a_time: bool = False,
+    retention: dt.timedelta | float | None = None,
 ):
     """Register a function as a workflow and return it unchanged.
 
@@ -152,7 +154,9 @@ def workflow(
     `input` (a DRF Serializer class, or a callable) validates a run's input before anything is
     stored, wherever it is started from (WorkflowDefinition.validated()). With `one_at_a_time`,
     a run started for a subject (``start(..., subject=order)``) while another run of this
-    workflow for the same subject is unfinished is refused (durable.SubjectBusy).
+    workflow for the same subject is unfinished is refused (durable.SubjectBusy). `retention` (a
+    timedelta or seconds) is how long its finished runs are kept before the prune deletes them,
+    instead of DURABLE_RETENTION.
     """
     if callable(name):
         return workflow()(name)
@@ -171,6 +175,7 @@ def workflow(
             schedule=schedule,
             input=input,
             one_at_a_time=bool(one_at_a_time),
+            retention=_timedelta(retention, name or fn.__qualname__, "retention"),
         )
         register(definition)
         fn.durable_workflow = definition
@@ -223,12 +228,12 @@ def _errors_of(exc: Exception) -> dict[str, list[str]] | None:
     return None
 
 
-def _timedelta(value, name) -> dt.timedelta | None:
+def _timedelta(value, name, option: str = "timeout") -> dt.timedelta | None:
     if value is None or isinstance(value, dt.timedelta):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return dt.timedelta(seconds=value)
-    raise ImproperlyConfigured(f"Workflow {name!r} has timeout={value!r}; use seconds or a timedelta.")
+    raise ImproperlyConfigured(f"Workflow {name!r} has {option}={value!r}; use seconds or a timedelta.")
 
 
 def register(definition: WorkflowDefinition) -> None:
@@ -241,6 +246,8 @@ def register(definition: WorkflowDefinition) -> None:
         )
     if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
         raise ImproperlyConfigured(f"Workflow {name!r} has a timeout of {definition.timeout}; it must be positive.")
+    if definition.retention is not None and definition.retention.total_seconds() <= 0:
+        raise ImproperlyConfigured(f"Workflow {name!r} has a retention of {definition.retention}; it must be positive.")
     if definition.retry is not None and not isinstance(definition.retry, RetryPolicy):
         raise ImproperlyConfigured(f"Workflow {name!r} has retry={definition.retry!r}; use a durable.RetryPolicy.")
     if isinstance(definition.max_attempts, bool) or not isinstance(definition.max_attempts, int) or definition.max_attempts < 1:

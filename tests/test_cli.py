@@ -112,7 +112,8 @@ def test_schedules():
     assert "started run" in durable_cli("schedules", "trigger", "hourly")
     assert Schedule.objects.get().last_run is not None
     assert "declared schedule(s) in place" in durable_cli("schedules", "sync")
-    assert {s["slug"] for s in json.loads(durable_cli("schedules", "--json"))} == {"hourly", "tests.nightly", "orders.nightly_report"}
+    assert {s["slug"] for s in json.loads(durable_cli("schedules", "--json"))} == {"hourly", "tests.nightly", "orders.nightly_report",
+                                                                            "durable.prune"}
 
 
 def test_prune_deletes_old_finished_runs_in_batches_and_keeps_the_rest(settings):
@@ -124,7 +125,8 @@ def test_prune_deletes_old_finished_runs_in_batches_and_keeps_the_rest(settings)
     long_ago = timezone.now() - dt.timedelta(days=30)
     WorkflowRun.objects.filter(pk__in=[r.pk for r in old]).update(finished_at=long_ago, created_at=long_ago)
     WorkflowRun.objects.filter(pk=waiting.pk).update(created_at=long_ago)  # old, but not finished
-    assert "5 finished run(s) older than 7 d" in durable_cli("prune", "--dry-run")
+    assert "5 finished run(s) past their retention (DURABLE_RETENTION: 7 d, or their workflow's own) would be " \
+        "deleted." in durable_cli("prune", "--dry-run")
     assert WorkflowRun.objects.count() == 7
     assert "deleted 5 finished run(s)" in durable_cli("prune", "--batch", "2")
     assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk}

@@ -124,6 +124,18 @@ def plain_pay(ctx, amount):
     return ctx.step("pay", pay, ctx.run_id, amount)
 
 
+@durable.workflow("tests.short_lived", retention=3600)
+def short_lived(ctx):
+    """Its finished runs are kept for an hour (test_retention)."""
+    return ctx.step("a", mark, ctx.run_id, "a")
+
+
+@durable.workflow("tests.kept_long", retention=dt.timedelta(days=90))
+def kept_long(ctx):
+    """Its finished runs are kept for 90 days (test_retention)."""
+    return ctx.step("a", mark, ctx.run_id, "a")
+
+
 @durable.workflow("tests.trivial")
 def trivial(ctx, n=10):
     total = 0

@@ -21,7 +21,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_durable import clock, conf, schedules, serialization, services, stats
+from django_durable import conf, schedules, serialization, services, stats
 from django_durable.exceptions import (
     DurableError,
     InvalidTransition,
@@ -34,7 +34,7 @@ from django_durable.exceptions import (
     WorkflowNotFound,
 )
 from django_durable.humanize import duration, relative, short_id
-from django_durable.models import Schedule, StoredEvent, WorkflowRun
+from django_durable.models import Schedule, WorkflowRun
 
 REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -230,30 +230,19 @@ class Command(BaseCommand):
         self.stdout.write(f"gave {len(recovered)} run(s) their advance back.")
 
     def do_prune(self, *, older_than, batch, dry_run, **_):
-        age = _age(older_than) if older_than else _retention()
-        cutoff = dt.datetime.now(dt.timezone.utc) - age
-        db = conf.get("DATABASE")
-        old = WorkflowRun.objects.using(db).filter(status__in=WorkflowRun.TERMINAL, finished_at__lt=cutoff)
+        from django_durable import retention
+
+        age = _age(older_than) if older_than else None
+        kept = (f"older than {duration(age.total_seconds())}" if age is not None else
+                f"past their retention (DURABLE_RETENTION: {duration(retention.default_retention().total_seconds())}, "
+                f"or their workflow's own)")
         if dry_run:
-            self.stdout.write(f"{old.count()} finished run(s) older than {duration(age.total_seconds())} "
-                              f"(finished before {cutoff:%Y-%m-%d %H:%M:%S} UTC) would be deleted.")
+            self.stdout.write(f"{retention.count(age)} finished run(s) {kept} would be deleted.")
             return
-        deleted = 0
-        while True:
-            # One batch per transaction: the ids, then their rows and everything that hangs off them.
-            ids = list(old.order_by("finished_at").values_list("pk", flat=True)[: max(1, batch)])
-            if not ids:
-                break
-            _, by_model = WorkflowRun.objects.using(db).filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
-            deleted += by_model.get(WorkflowRun._meta.label, 0)  # not one retried meanwhile
-        self.stdout.write(f"deleted {deleted} finished run(s) older than {duration(age.total_seconds())}.")
-        kept = dt.timedelta(seconds=clock.seconds(conf.get("EVENT_RETENTION"), "DURABLE_EVENT_RETENTION"))
-        events = StoredEvent.objects.using(db).filter(created_at__lt=dt.datetime.now(dt.timezone.utc) - kept)
-        gone = 0
-        while ids := list(events.order_by("id").values_list("pk", flat=True)[: max(1, batch)]):
-            gone += StoredEvent.objects.using(db).filter(pk__in=ids).delete()[1].get(StoredEvent._meta.label, 0)
-        if gone:
-            self.stdout.write(f"deleted {gone} emitted event(s) kept longer than {duration(kept.total_seconds())}.")
+        runs, events = retention.prune(age, batch)
+        self.stdout.write(f"deleted {runs} finished run(s) {kept}.")
+        if events:
+            self.stdout.write(f"deleted {events} emitted event(s) kept longer than DURABLE_EVENT_RETENTION.")
 
     def do_check_replay(self, *, since, workflow, json, **_):
         from django_durable.replaycheck import check_replay
@@ -403,10 +392,6 @@ def _age(text: str, option: str = "--older-than") -> dt.timedelta:
     if not match:
         raise ValueError(f"{option} takes a number with s, m, h or d (like 30d), not {text!r}.")
     return dt.timedelta(seconds=float(match.group(1)) * UNITS[match.group(2) or "s"])
-
-
-def _retention() -> dt.timedelta:
-    return dt.timedelta(seconds=clock.seconds(conf.get("RETENTION"), "DURABLE_RETENTION", zero=False))
 
 
 def _iso(moment) -> str | None:

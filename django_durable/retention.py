@@ -1,0 +1,123 @@
+"""Deleting what is no longer needed: finished runs past their retention, and kept events.
+
+A finished run is kept for its workflow's ``retention`` (``@durable.workflow(retention=...)``), or
+DURABLE_RETENTION; an emitted event for DURABLE_EVENT_RETENTION. The prune deletes them in batches,
+one short transaction each (the runs' ids, oldest first, then their rows and everything that hangs
+off them), so it never holds a lock for long and can stop anywhere. It runs by itself: the built-in
+workflow ``durable.prune`` has a schedule (DURABLE_PRUNE_SCHEDULE, daily by default) that every
+worker declares at start-up, shown and pausable with the others; ``manage.py durable prune`` runs
+it by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from dataclasses import dataclass, field
+
+
+from . import clock, conf, registry
+
+PRUNE_WORKFLOW = "durable.prune"
+
+
+@dataclass
+class Cohort:
+    """Finished runs of `workflows` (None: every workflow not in `others`) kept for `retention`."""
+
+    retention: dt.timedelta
+    workflows: list[str] | None = None
+    others: list[str] = field(default_factory=list)
+
+    def runs(self, now: dt.datetime):
+        from .models import WorkflowRun
+
+        old = WorkflowRun.objects.filter(status__in=WorkflowRun.TERMINAL, finished_at__lt=now - self.retention)
+        if self.workflows is not None:
+            return old.filter(workflow__in=self.workflows)
+        return old.exclude(workflow__in=self.others) if self.others else old
+
+
+def default_retention() -> dt.timedelta:
+    return dt.timedelta(seconds=clock.seconds(conf.get("RETENTION"), "DURABLE_RETENTION", zero=False))
+
+
+def cohorts(older_than: dt.timedelta | None = None) -> list[Cohort]:
+    """The groups of runs with one retention each: `older_than` for all, or each workflow's own."""
+    if older_than is not None:
+        return [Cohort(older_than)]
+    own: dict[dt.timedelta, list[str]] = {}
+    for definition in registry.definitions():
+        if definition.retention is not None:
+            own.setdefault(definition.retention, []).append(definition.name)
+    return [*(Cohort(kept, sorted(names)) for kept, names in own.items()),
+            Cohort(default_retention(), None, sorted(name for names in own.values() for name in names))]
+
+
+def delete_batch(cohort: Cohort, batch: int) -> int:
+    """Delete up to `batch` of the cohort's oldest runs (one transaction); return how many."""
+    from .models import WorkflowRun
+
+    ids = list(cohort.runs(clock.database_now(conf.get("DATABASE"))).order_by("finished_at")
+               .values_list("pk", flat=True)[:max(1, batch)])
+    if not ids:
+        return 0
+    # Still finished: a run retried meanwhile is left alone.
+    _, by_model = WorkflowRun.objects.filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
+    return by_model.get(WorkflowRun._meta.label, 0)
+
+
+def delete_events(batch: int) -> int:
+    """Delete the emitted events kept longer than DURABLE_EVENT_RETENTION, in batches."""
+    from .models import StoredEvent
+
+    kept = dt.timedelta(seconds=clock.seconds(conf.get("EVENT_RETENTION"), "DURABLE_EVENT_RETENTION"))
+    old = StoredEvent.objects.filter(created_at__lt=clock.database_now(conf.get("DATABASE")) - kept)
+    gone = 0
+    while ids := list(old.order_by("id").values_list("pk", flat=True)[:max(1, batch)]):
+        gone += StoredEvent.objects.filter(pk__in=ids).delete()[1].get(StoredEvent._meta.label, 0)
+    return gone
+
+
+def count(older_than: dt.timedelta | None = None) -> int:
+    now = clock.database_now(conf.get("DATABASE"))
+    return sum(cohort.runs(now).count() for cohort in cohorts(older_than))
+
+
+def prune(older_than: dt.timedelta | None = None, batch: int = 1000) -> tuple[int, int]:
+    """Delete every finished run past its retention and every old event now; (runs, events)."""
+    runs = 0
+    for cohort in cohorts(older_than):
+        while (deleted := delete_batch(cohort, batch)) > 0:
+            runs += deleted
+    return runs, delete_events(batch)
+
+
+def prune_workflow(ctx, batch: int = 1000) -> dict:
+    """The built-in workflow: prune() with each batch a step, so that a worker stopped halfway
+    goes on where it was, and the run's page shows how far it got. The cohorts are a step of their
+    own: a deploy that changes a retention meanwhile does not change this run's plan."""
+    plan = ctx.step("plan", _plan)
+    runs = 0
+    for index, cohort in enumerate(plan):
+        for n in itertools.count(1):
+            deleted = ctx.step(f"runs {index + 1}.{n}", _delete_planned, cohort, batch)
+            runs += deleted
+            if deleted < batch:
+                break
+    events = ctx.step("events", delete_events, batch)
+    return {"runs": runs, "events": events}
+
+
+def _plan() -> list[dict]:
+    return [{"seconds": c.retention.total_seconds(), "workflows": c.workflows, "others": c.others} for c in cohorts()]
+
+
+def _delete_planned(cohort: dict, batch: int) -> int:
+    return delete_batch(Cohort(dt.timedelta(seconds=cohort["seconds"]), cohort["workflows"], cohort["others"]), batch)
+
+
+def register_prune() -> None:
+    """Register durable.prune, with its schedule unless DURABLE_PRUNE_SCHEDULE is None."""
+    registry.register(registry.WorkflowDefinition(
+        name=PRUNE_WORKFLOW, fn=prune_workflow, queue="default", schedule=conf.get("PRUNE_SCHEDULE")))
