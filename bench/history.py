@@ -1,0 +1,242 @@
+"""Years of history: W1, W2 and the admin's run list and overview on an empty database and on one
+holding millions of finished runs, before and after a prune (issue 16).
+
+    DATABASE_URL=postgres://... python bench/history.py --runs 10000000 --steps 10
+
+The history is copied in with COPY, not made through the engine: one real run of `--steps` steps
+is made first, and every row it left (the run, its journal, its work item, its audit entries) is
+the template of each copied run, with new ids and a finish time spread over the last `--days`.
+Then, each measured on the same server in the same process:
+
+  empty    (--base-runs finished runs, a page of them) W1 (ten-step workflows, N worker processes), W2 (start to result on an idle worker),
+           the admin's run list and overview (p50 of 20 loads)
+  history  the same, with the history in place (ANALYZEd)
+  pruned   the same after `durable prune` deleted the oldest `--prune-share` of it, and VACUUM
+The dead tuples of the durable tables are printed after the prune and after the VACUUM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+from django.test import Client  # noqa: E402
+
+import django_durable as durable  # noqa: E402
+from django_durable.models import WorkflowRun  # noqa: E402
+from bench.admin_pages import measure  # noqa: E402
+from bench.run import quantile, worker_command, worker_env  # noqa: E402
+
+TABLES = ["durable_workflow_run", "durable_step", "durable_work_item", "durable_workflow_event"]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- the history ----------------------------------------------------------------------------------
+
+
+def template(steps: int) -> dict[str, tuple[list[str], list[str]]]:
+    """One real finished run: for each table, its columns (without serial ids) and rows as COPY text."""
+    run = durable.start("bench.ten_steps", n=steps)
+    connections.close_all()
+    subprocess.run(worker_command("--burst", "-c", "1", "-v", "0"), env=worker_env(), check=True, cwd=ROOT)
+    rows = {}
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                           "AND NOT (column_name = 'id' AND data_type = 'bigint') ORDER BY ordinal_position", [table])
+            columns = [name for (name,) in cursor.fetchall()]
+            key = "id" if table == "durable_workflow_run" else "run_id"
+            listed = ", ".join(f'"{c}"' for c in columns)
+            with cursor.copy(f"COPY (SELECT {listed} FROM {table} WHERE {key} = '{run.pk}') TO STDOUT") as copy:
+                text = b"".join(bytes(data) for data in copy).decode()
+            rows[table] = (columns, text.splitlines())
+    WorkflowRun.objects.filter(pk=run.pk).delete()
+    return rows, str(run.pk)
+
+
+def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_000) -> float:
+    """COPY `runs` finished runs like the template into the tables (their ids from `first_id` on),
+    finished over the last `days`; return the seconds it took."""
+    rows, pk = template(steps)
+    finished_column = rows["durable_workflow_run"][0].index("finished_at")
+    started = time.perf_counter()
+    connection.ensure_connection()
+    raw = connection.connection
+    span = days * 86400.0
+    now = time.time()
+    for table in TABLES:
+        columns, lines = rows[table]
+        if not lines:
+            continue
+        listed = ", ".join(f'"{c}"' for c in columns)
+        with raw.cursor() as cursor, cursor.copy(f"COPY {table} ({listed}) FROM STDIN") as copy:
+            for first in range(0, runs, chunk):
+                out = []
+                for i in range(first, min(runs, first + chunk)):
+                    # uuid7-shaped, with a "time" near 1970: never one a real run gets.
+                    new = str(uuid.UUID(int=(first_id + i + 1) << 80 | 7 << 76 | 2 << 62))
+                    if table == "durable_workflow_run":
+                        fields = lines[0].replace(pk, new).split("\t")
+                        fields[finished_column] = time.strftime("%Y-%m-%d %H:%M:%S+00",
+                                                                time.gmtime(now - span * (runs - i) / runs))
+                        out.append("\t".join(fields))
+                    else:
+                        out.extend(line.replace(pk, new) for line in lines)
+                copy.write("\n".join(out) + "\n")
+        if not connection.get_autocommit():
+            raw.commit()
+        log(f"  {table}: {runs * len(lines):,} rows")
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"ANALYZE {table}")
+    return time.perf_counter() - started
+
+
+# -- what is measured -----------------------------------------------------------------------------
+
+
+def w1(runs: int, steps: int, processes: int) -> float:
+    """Steps per second of `runs` workflows of `steps` steps, drained by `processes` workers."""
+    ids = [durable.start("bench.ten_steps", n=steps).pk for _ in range(runs)]
+    connections.close_all()
+    subprocess.run(worker_command("--burst", "-c", str(processes), "-v", "0"), env=worker_env(), check=True, cwd=ROOT)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
+                       "EXTRACT(EPOCH FROM max(finished_at) - min(started_at)) FROM durable_workflow_run "
+                       "WHERE id = ANY(%s)", [ids])
+        completed, elapsed = cursor.fetchone()
+        assert completed == runs, completed
+    WorkflowRun.objects.filter(pk__in=ids).delete()
+    return runs * steps / float(elapsed)
+
+
+def w2(runs: int) -> float:
+    """p50 milliseconds from start() to the result on an idle worker."""
+    connections.close_all()
+    worker = subprocess.Popen(worker_command("-c", "1", "-v", "0"), env=worker_env(), cwd=ROOT)
+    ids, times = [], []
+    try:
+        time.sleep(2.0)
+        for _ in range(runs):
+            started = time.perf_counter()
+            run = durable.start("bench.one_step")
+            durable.wait(run.pk, timeout=60)
+            times.append(time.perf_counter() - started)
+            ids.append(run.pk)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    WorkflowRun.objects.filter(pk__in=ids).delete()
+    return 1000 * statistics.median(times), 1000 * quantile(times, 0.95)
+
+
+def admin(loads: int) -> dict:
+    user, _ = get_user_model().objects.get_or_create(
+        username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
+    client = Client()
+    client.force_login(user)
+    return {name: measure(client, url, loads)["p50_ms"] for name, url in (
+        ("run list", "/admin/django_durable/workflowrun/"),
+        ("run list, failed", "/admin/django_durable/workflowrun/?status=failed"),
+        ("overview", "/admin/django_durable/overview/"))}
+
+
+def dead() -> dict:
+    time.sleep(1.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s) "
+                       "ORDER BY relname", [TABLES])
+        return {name: (live, dead) for name, live, dead in cursor.fetchall()}
+
+
+def sizes() -> dict:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relname = ANY(%s)", [TABLES])
+        return {name: size for name, size in cursor.fetchall()}
+
+
+def figures(args) -> dict:
+    rounds = [{"W1 steps/s": w1(args.w1_runs, 10, args.processes), "W2 p50 ms": w2(args.w2_runs)[0],
+               **admin(args.loads)} for _ in range(args.repeat)]
+    return {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1_000_000)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--base-runs", type=int, default=1000, help="the runs of the 'empty' database")
+    parser.add_argument("--days", type=int, default=300, help="the history's finish times spread over this")
+    parser.add_argument("--prune-share", type=float, default=0.1, help="the oldest share the prune deletes")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--w1-runs", type=int, default=500)
+    parser.add_argument("--w2-runs", type=int, default=100)
+    parser.add_argument("--loads", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(TABLES)}, durable_timer, durable_signal CASCADE")
+    out = {"args": vars(args) | {"json": str(args.json)}}
+    # "Empty" still has a page of runs, so that both lists render as many rows.
+    load(args.base_runs, args.steps, 1)
+    log(f"empty: {args.base_runs} runs")
+    out["empty"] = figures(args)
+    log(f"  {out['empty']}")
+    log(f"loading {args.runs:,} runs of {args.steps} steps")
+    out["load_s"] = load(args.runs, args.steps, args.days, first_id=args.base_runs)
+    out["sizes"] = sizes()
+    log(f"  {out['load_s']:.0f} s; {out['sizes']}")
+    out["history"] = figures(args)
+    log(f"history {out['history']}")
+    out["dead_before_prune"] = dead()
+    started = time.perf_counter()
+    age = int(args.days * (1 - args.prune_share))
+    call_command("durable", "prune", "--older-than", f"{age}d", "--batch", "1000", stdout=io.StringIO())
+    out["prune_s"] = time.perf_counter() - started
+    out["dead_after_prune"] = dead()
+    log(f"prune {out['prune_s']:.0f} s; dead {out['dead_after_prune']}")
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"VACUUM (ANALYZE) {table}")
+    out["vacuum_s"] = time.perf_counter() - started
+    out["dead_after_vacuum"] = dead()
+    log(f"vacuum {out['vacuum_s']:.0f} s; dead {out['dead_after_vacuum']}")
+    out["pruned"] = figures(args)
+    log(f"pruned {out['pruned']}")
+    print()
+    print(f"{'':32}{'empty':>10}{'history':>10}{'ratio':>8}{'pruned':>10}{'ratio':>8}")
+    for name, empty in out["empty"].items():
+        history, pruned = out["history"][name], out["pruned"][name]
+        print(f"{name:32}{empty:10.1f}{history:10.1f}{history / empty:8.2f}{pruned:10.1f}{pruned / empty:8.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
