@@ -61,3 +61,14 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_durable": {"handlers": ["console"], "level": "WARNING"}},
 }
+# bench/payloads.py: large results stored apart, or allowed inline.
+if os.environ.get("DURABLE_BENCH_OFFLOAD_BYTES"):
+    DURABLE_PAYLOAD_OFFLOAD_BYTES = int(os.environ["DURABLE_BENCH_OFFLOAD_BYTES"])
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        "durable": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                    "OPTIONS": {"location": os.environ["DURABLE_BENCH_STORAGE"]}},
+    }
+if os.environ.get("DURABLE_BENCH_MAX_PAYLOAD_BYTES"):
+    DURABLE_MAX_PAYLOAD_BYTES = int(os.environ["DURABLE_BENCH_MAX_PAYLOAD_BYTES"])

@@ -34,6 +34,7 @@ def check_settings(app_configs=None, **kwargs):
             id="django_durable.E003",
         ))
     errors.extend(_check_routing(alias))
+    errors.extend(_check_offload())
     errors.extend(_check_timing())
     errors.extend(_check_retry())
     errors.extend(_check_queues())
@@ -68,6 +69,23 @@ def _check_routing(alias):
         hint='Add "django_durable.routers.DurableRouter" to DATABASE_ROUTERS (first).',
         id="django_durable.E008",
     )]
+
+
+def _check_offload():
+    limit = conf.get("PAYLOAD_OFFLOAD_BYTES")
+    if limit is None:
+        return []
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return [Error(f"DURABLE_PAYLOAD_OFFLOAD_BYTES must be a positive number of bytes or None, not {limit!r}.",
+                      id="django_durable.E009")]
+    if "durable" not in getattr(settings, "STORAGES", {}):
+        return [Error(
+            "DURABLE_PAYLOAD_OFFLOAD_BYTES is set, but STORAGES has no \"durable\" storage to write large payloads to.",
+            hint='Add STORAGES["durable"], e.g. {"BACKEND": "django.core.files.storage.FileSystemStorage", '
+                 '"OPTIONS": {"location": "/var/lib/durable"}} or django-storages\' S3 storage.',
+            id="django_durable.E009",
+        )]
+    return []
 
 
 def _check_timing():

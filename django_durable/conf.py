@@ -55,6 +55,10 @@ DEFAULTS: dict[str, Any] = {
     # How long emitted events are kept for runs that begin waiting for them later (a timedelta
     # or seconds; 0 keeps none: an event reaches only the runs waiting when it is emitted).
     "EVENT_RETENTION": 7 * 24 * 3600.0,
+    # Inputs, results and signal payloads whose JSON is larger than this many bytes are written to
+    # STORAGES["durable"] and read back when needed (payloads.py); None: all stay in the tables
+    # (up to DURABLE_MAX_PAYLOAD_BYTES).
+    "PAYLOAD_OFFLOAD_BYTES": None,
     # When the built-in workflow durable.prune deletes what is past its retention: a cron
     # expression (UTC), or a dict of ensure_schedule() options; None: only `durable prune` does.
     "PRUNE_SCHEDULE": "17 3 * * *",

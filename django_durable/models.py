@@ -836,6 +836,24 @@ class ApprovalDecision(models.Model):
         return f"{'approved' if self.approved else 'rejected'} by {self.username}"
 
 
+class StoredPayload(models.Model):
+    """A payload written to STORAGES["durable"] instead of its column (payloads.py): the prune
+    deletes the file with its run. No foreign key: a run's input is stored before the run is."""
+
+    run_id = models.UUIDField(db_index=True)
+    name = models.CharField(max_length=255, unique=True)
+    bytes = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_stored_payload"
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Schedule(models.Model):
     """A recurring start of a workflow: by a cron expression or at a fixed interval."""
 

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 
 
-from . import clock, conf, registry
+from . import clock, conf, payloads, registry
 
 PRUNE_WORKFLOW = "durable.prune"
 
@@ -62,8 +62,12 @@ def delete_batch(cohort: Cohort, batch: int) -> int:
                .values_list("pk", flat=True)[:max(1, batch)])
     if not ids:
         return 0
+    stored = payloads.stored_of(ids)
     # Still finished: a run retried meanwhile is left alone.
     _, by_model = WorkflowRun.objects.filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
+    if stored:
+        kept = set(WorkflowRun.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        payloads.delete([name for run_id, name in stored if run_id not in kept])
     return by_model.get(WorkflowRun._meta.label, 0)
 
 
@@ -79,6 +83,19 @@ def delete_events(batch: int) -> int:
     return gone
 
 
+def delete_orphaned_payloads() -> int:
+    """Delete the stored payloads whose run is gone otherwise than by the prune (the admin's delete,
+    a rolled-back start), a day after they were stored; return how many."""
+    from django.db.models import Exists, OuterRef
+
+    from .models import StoredPayload, WorkflowRun
+
+    old = clock.database_now(conf.get("DATABASE")) - dt.timedelta(days=1)
+    names = list(StoredPayload.objects.filter(created_at__lt=old).exclude(
+        Exists(WorkflowRun.objects.filter(pk=OuterRef("run_id")))).values_list("name", flat=True)[:10_000])
+    return payloads.delete(names)
+
+
 def count(older_than: dt.timedelta | None = None) -> int:
     now = clock.database_now(conf.get("DATABASE"))
     return sum(cohort.runs(now).count() for cohort in cohorts(older_than))
@@ -90,7 +107,9 @@ def prune(older_than: dt.timedelta | None = None, batch: int = 1000) -> tuple[in
     for cohort in cohorts(older_than):
         while (deleted := delete_batch(cohort, batch)) > 0:
             runs += deleted
-    return runs, delete_events(batch)
+    events = delete_events(batch)
+    delete_orphaned_payloads()
+    return runs, events
 
 
 def prune_workflow(ctx, batch: int = 1000) -> dict:
@@ -106,6 +125,7 @@ def prune_workflow(ctx, batch: int = 1000) -> dict:
             if deleted < batch:
                 break
     events = ctx.step("events", delete_events, batch)
+    ctx.step("orphaned payloads", delete_orphaned_payloads)
     return {"runs": runs, "events": events}
 
 

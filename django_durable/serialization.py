@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils.duration import duration_iso_string
 
+from . import payloads
 from .exceptions import NotSerializable, PayloadTooLarge
 
 TAG = "__durable__"
@@ -24,9 +25,18 @@ MAX_DEPTH = 100
 _PLAIN = (str, int, bool, type(None))
 
 
-def encode(value: Any, *, what: str = "value", max_bytes: int | None = None) -> str:
-    """Return `value` as JSON text; raise NotSerializable or PayloadTooLarge."""
-    text = dumps(value if type(value) in _PLAIN else _to_json(value, what, 0))
+def encode(value: Any, *, what: str = "value", max_bytes: int | None = None, owner=None) -> str:
+    """Return `value` as JSON text; raise NotSerializable or PayloadTooLarge.
+
+    With an `owner` (the run it belongs to) and DURABLE_PAYLOAD_OFFLOAD_BYTES set, a value larger
+    than that is streamed to STORAGES["durable"] and the text is a reference to it (payloads.py)."""
+    plain = value if type(value) in _PLAIN else _to_json(value, what, 0)
+    if owner is not None and (limit := payloads.threshold()) is not None:
+        text = payloads.encode_plain(plain, owner, limit, dumps)
+        if text.startswith(payloads.PREFIX):
+            return text
+    else:
+        text = dumps(plain)
     if max_bytes is not None and len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
         raise PayloadTooLarge(
             f"The {what} is {len(text.encode())} bytes of JSON, more than the limit of {max_bytes} "
@@ -54,6 +64,24 @@ def decode(text: str | None) -> Any:
     if text is None:
         return None
     return json.loads(text, object_hook=_from_tagged)
+
+
+def replayed(value: Any, text: str) -> Any:
+    """What a replay will return for `value`, just stored as `text`: decode(text); for a payload
+    stored apart, `value` converted the same way without reading it back (it is in memory)."""
+    if not text.startswith(payloads.PREFIX):
+        return decode(text)
+    return _from_plain(value if type(value) in _PLAIN else _to_json(value, "value", 0))
+
+
+def _from_plain(obj: Any) -> Any:
+    """decode(dumps(obj)) for plain JSON values, without the text: tagged values become their types."""
+    kind = type(obj)
+    if kind is list:
+        return [_from_plain(item) for item in obj]
+    if kind is dict:
+        return _from_tagged({key: _from_plain(item) for key, item in obj.items()})
+    return obj
 
 
 def display(text: str | None) -> Any:
@@ -84,6 +112,8 @@ def _displayed(obj: dict) -> Any:
     tag = obj.get(TAG)
     if tag is None or len(obj) != 2 or "v" not in obj:
         return obj
+    if tag == payloads.TAG:
+        return payloads.shown(obj["v"])
     if tag == "dict":
         return {k: item for k, item in obj["v"]}
     if tag == "timedelta":
@@ -157,6 +187,8 @@ def _from_tagged(obj: dict) -> Any:
     tag = obj.get(TAG)
     if tag is None or len(obj) != 2 or "v" not in obj:
         return obj
+    if tag == payloads.TAG:
+        return payloads.load(obj["v"], _from_tagged)
     try:
         return _DECODERS[tag](obj["v"])
     except KeyError:

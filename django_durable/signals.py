@@ -42,6 +42,13 @@ run_progress = Signal()
 run_emitted = Signal()
 
 
+def listened(signal: Signal, workflow: str) -> bool:
+    """Whether `signal` has receivers for `workflow`: check before decoding what it would carry."""
+    from .registry import sender_of
+
+    return signal.has_listeners(sender_of(workflow))
+
+
 def send(signal: Signal, workflow: str, **kwargs) -> None:
     """Send `signal` for the workflow named `workflow`; log, never raise, what a receiver raises."""
     from .registry import sender_of

@@ -34,3 +34,15 @@ def wait_signal(ctx):
 @durable.workflow("bench.fanout")
 def fanout(ctx, n):
     return len(ctx.map("items", noop, range(n)))
+
+
+def big_value(mb: int, keep: bool):
+    """About `mb` MB of JSON in distinct strings (more in memory); its length, or itself when `keep`."""
+    value = [f"{i:010d}" + "x" * 89 for i in range(mb * 10_000)]
+    return value if keep else len(value)
+
+
+@durable.workflow("bench.big_result")
+def big_result(ctx, mb, keep=True):
+    value = ctx.step("big", big_value, mb, keep)
+    return len(value) if keep else value

@@ -22,12 +22,21 @@ from django.utils.safestring import mark_safe
 from .. import registry, serialization, services
 from ..exceptions import DurableError, InvalidArguments
 from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
+from ..payloads import reference as stored_reference
+from ..payloads import shown as stored_shown
 from ..services.control import RESUMABLE
 from ..workpool import evidence
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
 from .base import DurableAdmin, parse_uuid
-from .filters import ErrorFilter, KindFilter, QueueFilter, StuckFilter, WaitingForFilter, WorkflowFilter
+from .filters import (
+    ErrorFilter,
+    KindFilter,
+    QueueFilter,
+    StuckFilter,
+    WaitingForFilter,
+    WorkflowFilter,
+)
 
 Status = WorkflowRun.Status
 STEPS_PER_PAGE = 200
@@ -414,6 +423,9 @@ class WorkflowRunAdmin(DurableAdmin):
         return display.definition_list(rows)
 
     def _payload(self, text, name: str, full: str):
+        stored = stored_reference(text)
+        if stored is not None:  # a link and its size, never the body
+            return {"name": name, "stored": stored_shown(stored)["stored"]}
         pretty, cut = display.pretty_json(text, limit=None if full == name else display.TRUNCATE_CHARS)
         return {"text": pretty, "cut": cut, "name": name}
 

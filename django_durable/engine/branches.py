@@ -95,14 +95,14 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         if faults.active:
             faults.hit("after_step_return", claim.step_key)
         text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",
-                                    max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+                                    max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=claim.run_id)
     except Exception as exc:
         return _failed(claim, spec, policy, attempt, exc, started, then, deadline)
     record = _record(claim, spec, "completed", text, _earlier(claim), attempt, started, deadline)
     if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=then()):
         return "lost"
     signals.send(signals.step_completed, claim.run.workflow, run_id=claim.run_id, key=claim.step_key,
-                 result=serialization.decode(text), attempts=attempt)
+                 result=serialization.replayed(value, text), attempts=attempt)
     return "completed"
 
 

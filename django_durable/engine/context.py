@@ -139,7 +139,7 @@ class Context(Waits, Composition, Flow):
                 else:
                     # Buffered: it commits before the next step starts, or with the outcome.
                     self._record(key, name, "completed", text, self._earlier_error(key), started, attempt, kind=kind)
-                    return serialization.decode(text)
+                    return serialization.replayed(value, text)
             if isinstance(exc, Cancelled) and self._session.claim.cancel_requested:
                 # Interrupted by (or stopped for) a cancel: the attempt is not recorded; the
                 # run ends cancelled here, or rolls back first.
@@ -171,7 +171,7 @@ class Context(Waits, Composition, Flow):
             if faults.active:
                 faults.hit("before_checkpoint_commit", key)
         self._session.committed([record])
-        return serialization.decode(text)
+        return serialization.replayed(value, text)
 
     def _resume(self, key, name, entry: StepRecord, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
         """Return (attempt, deadline) for a step an earlier advance left running or retrying."""
@@ -224,7 +224,7 @@ class Context(Waits, Composition, Flow):
 
     def _encode(self, value, key):
         return serialization.encode(
-            value, what=f"result of step {key!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES")
+            value, what=f"result of step {key!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=self.run_id
         )
 
     def _stop_if_cancelled(self) -> None:

@@ -217,8 +217,10 @@ class Session:
                     self._told(record)
                 continue
             if record.status == "completed":
-                signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id, key=record.key,
-                             result=serialization.decode(record.result), attempts=record.attempts)
+                # Decoded only for receivers (a result stored apart would be read back otherwise).
+                if signals.listened(signals.step_completed, self.workflow):
+                    signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id, key=record.key,
+                                 result=serialization.decode(record.result), attempts=record.attempts)
             elif record.status in ("failed", "retrying"):
                 self._step_failed(record.key, record.error, record.attempts, record.status == "retrying")
 
@@ -331,7 +333,8 @@ def _advance(claim, run, should_stop, then) -> str:
             return _compensate(claim, run, session, context, RunStatus.FAILED, _error_text(exc))
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
     try:
-        result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+        result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"),
+                                      owner=claim.run_id)
     except (TypeError, ValueError) as exc:
         return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
     return _finish(claim, run, RunStatus.COMPLETED, result=result, session=session)
@@ -399,7 +402,8 @@ def _finish(claim, run, status, *, result=None, error=None, session=None) -> str
     else:
         logger.error("Run %s of %s ended %s: %s", claim.run_id, run.workflow, final, serialization.error_line(error))
     if final == RunStatus.COMPLETED:
-        signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, result=serialization.decode(result))
+        if signals.listened(signals.run_completed, run.workflow):
+            signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, result=serialization.decode(result))
     elif final == RunStatus.CANCELLED:
         signals.send(signals.run_cancelled, run.workflow, run_id=claim.run_id)
     else:

@@ -31,8 +31,8 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
     With `by` (who sent it by hand), the signal goes into the run's audit trail.
     """
     _check_name(name, "signal")
-    text = serialization.encode(payload, what="signal payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     pk = _run_pk(run_id)
+    text = serialization.encode(payload, what="signal payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=pk)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         lock_unfinished(pk, db)

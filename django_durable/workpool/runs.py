@@ -29,9 +29,10 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     for a timer to start it. `subject` (a saved model instance) is what the run is about.
     """
     args, kwargs = definition.validated(args, kwargs)
+    pk = run_id if run_id is not None else uuid7()
     text = serialization.encode(
         {"args": list(args), "kwargs": kwargs, **telemetry.carried()}, what="input",
-        max_bytes=conf.get("MAX_PAYLOAD_BYTES")
+        max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=pk
     )
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
@@ -41,6 +42,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     db = conf.get("DATABASE")
     refuse_other_transaction(db, f"A run of {definition.name!r} was started")
     run = WorkflowRun(
+        id=pk,
         workflow=definition.name,
         input=text,
         queue=queue_name,
@@ -54,10 +56,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None else "",
         **_subject_fields(definition, subject),
     )
-    if run_id is not None:
-        run.id = run_id
-    elif idempotency_key is None and run_at is None and parent_id is None and definition.timeout is None \
-            and subject is None and connections[db].vendor == "postgresql":
+    if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
+            and definition.timeout is None and subject is None and connections[db].vendor == "postgresql":
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:

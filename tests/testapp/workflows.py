@@ -136,6 +136,19 @@ def kept_long(ctx):
     return ctx.step("a", mark, ctx.run_id, "a")
 
 
+def big_value(lines):
+    return [f"line {i:08d} " + "x" * 100 for i in range(lines)]
+
+
+@durable.workflow("tests.big_payloads")
+def big_payloads(ctx, data=None, wait_for_signal=False):
+    """A big step result, and a big result when asked (test_payloads): each may be stored apart."""
+    value = ctx.step("big", big_value, 50)
+    signalled = ctx.wait_for_signal("more") if wait_for_signal else None
+    return {"lines": len(value), "last": value[-1], "input": len(data or []), "signal": len(signalled or []),
+            "echo": value if wait_for_signal else None}
+
+
 @durable.workflow("tests.trivial")
 def trivial(ctx, n=10):
     total = 0

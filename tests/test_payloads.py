@@ -1,0 +1,116 @@
+"""Large payloads stored apart (DURABLE_PAYLOAD_OFFLOAD_BYTES, STORAGES["durable"]): inputs, step
+and run results and signal payloads above the limit go to the storage, come back when the workflow
+needs them, show as a link in the admin and the API, and go with their run when it is pruned."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from django.core import checks
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+import django_durable as durable
+from django_durable import payloads, retention
+from django_durable.models import SignalMessage, Step, StoredPayload, WorkflowRun
+from django_durable.testing import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LIMIT = 2000
+
+
+@pytest.fixture
+def stored(settings, tmp_path) -> Path:
+    settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = LIMIT
+    settings.STORAGES = {**settings.STORAGES, "durable": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path), "base_url": "/durable-payloads/"}}}
+    from django.core.files.storage import storages
+
+    storages._storages.pop("durable", None)  # made anew from the changed setting
+    storages.backends  # noqa: B018 - reads STORAGES again
+    return tmp_path
+
+
+def files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.json"))
+
+
+def test_big_values_are_stored_apart_and_come_back(stored):
+    data = [f"item {i}" * 20 for i in range(200)]
+    run = durable.start("tests.big_payloads", data=data, wait_for_signal=True)
+    drain()
+    durable.signal(run.pk, "more", list(range(1000)))
+    drain()
+    run.refresh_from_db()
+    assert run.status == "completed", run.error
+    result = run.get_result()
+    assert (result["lines"], result["input"], result["signal"]) == (50, 200, 1000)
+    assert result["echo"][7] == "line 00000007 " + "x" * 100
+    texts = {"input": run.input, "result": run.result, "step": Step.objects.get(run=run, key="big").result,
+             "signal": SignalMessage.objects.get(run=run).payload}
+    for where, text in texts.items():
+        assert text.startswith(payloads.PREFIX) and len(text) < 200, (where, text[:100])
+    assert len(files(stored)) == 4 == StoredPayload.objects.filter(run_id=run.pk).count()
+    step_file = stored / payloads.reference(texts["step"])["name"]
+    assert json.loads(step_file.read_text())[49].startswith("line 00000049")
+
+
+def test_small_values_stay_in_the_tables(stored):
+    run = durable.start("tests.big_payloads")
+    drain()
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert not run.input.startswith(payloads.PREFIX) and not run.result.startswith(payloads.PREFIX)
+    assert Step.objects.get(run=run, key="big").result.startswith(payloads.PREFIX)  # 50 lines: over the limit
+    assert len(files(stored)) == 1
+
+
+def test_the_admin_and_the_api_show_a_link_not_the_body(stored, admin_client, admin_user):
+    run = durable.start("tests.big_payloads", wait_for_signal=True)
+    drain()
+    durable.signal(run.pk, "more", [])
+    drain()
+    page = admin_client.get(f"/admin/django_durable/workflowrun/{run.pk}/change/").content.decode()
+    name = payloads.reference(WorkflowRun.objects.get(pk=run.pk).result)["name"]
+    assert f'<a href="/durable-payloads/{name}">{name}</a>' in page and "Stored apart" in page
+    assert "line 00000049" not in page.split("Timeline")[0]
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    shown = api.get(f"/api/durable/workflows/{run.pk}/").json()["result"]
+    assert shown == {"stored": {"bytes": (stored / name).stat().st_size, "name": name,
+                                "url": f"/durable-payloads/{name}"}}
+
+
+def test_the_prune_deletes_the_stored_files_with_their_runs(stored, settings):
+    settings.DURABLE_RETENTION = dt.timedelta(days=7)
+    old, recent = durable.start("tests.big_payloads"), durable.start("tests.big_payloads")
+    drain()
+    WorkflowRun.objects.filter(pk=old.pk).update(finished_at=timezone.now() - dt.timedelta(days=8))
+    assert len(files(stored)) == 2
+    assert retention.prune() == (1, 0)
+    assert [p.parent.name for p in files(stored)] == [str(recent.pk)]
+    assert list(StoredPayload.objects.values_list("run_id", flat=True)) == [recent.pk]
+
+
+def test_offloading_needs_a_durable_storage(settings):
+    settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = LIMIT
+    settings.STORAGES = {name: options for name, options in settings.STORAGES.items() if name != "durable"}
+    assert [e.id for e in checks.run_checks() if e.id.startswith("django_durable")] == ["django_durable.E009"]
+    settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = "1 MB"
+    assert "positive number of bytes" in [e.msg for e in checks.run_checks() if e.id == "django_durable.E009"][0]
+
+
+def test_a_stored_value_is_returned_as_a_replay_will_return_it(stored):
+    from decimal import Decimal
+
+    from django_durable import serialization
+    from django_durable.models import uuid7
+
+    value = (Decimal("1.50"), {"at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "n": 3}, ["x" * LIMIT])
+    text = serialization.encode(value, owner=uuid7())
+    assert text.startswith(payloads.PREFIX)
+    first, replayed = serialization.replayed(value, text), serialization.decode(text)
+    assert first == replayed == [Decimal("1.50"), {"at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "n": 3},
+                                 ["x" * LIMIT]]
