@@ -202,7 +202,12 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--measure-only", action="store_true",
+                        help="only measure the database as it is (another sample after a run)")
     args = parser.parse_args()
+    if args.measure_only:
+        log(f"as it is: {figures(args)}")
+        return
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)}, durable_timer, durable_signal CASCADE")
