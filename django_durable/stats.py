@@ -30,9 +30,60 @@ def live_workers_since() -> dt.datetime:
     return timezone.now() - dt.timedelta(seconds=float(conf.get("WORKER_STALE_SECONDS")))
 
 
-def status_table(now):
-    """Rows per queue: unfinished runs by status now, and runs finished in the last 24 hours by outcome."""
-    since = now - dt.timedelta(days=1)
+HOUR = dt.timedelta(hours=1)
+# A past hour's counts are kept once it ended this long ago (a run's finish may commit a moment
+# after its finished_at), in the project's default cache, for two days.
+SETTLED = dt.timedelta(minutes=5)
+
+
+def finished_by_hour(now) -> dict:
+    """{hour start: {(queue, status): n}} of the runs finished in the last 24 hours, the first and
+    the current hour partly. The overview's day chart and its table both read this; the hours that
+    ended are counted once and cached, so a load reads only the runs of the last hour or so, however
+    many finish in a day (an hour at most is counted live, plus the first, partial hour)."""
+    from django.core.cache import cache
+
+    start = now - dt.timedelta(days=1)
+    first = start.replace(minute=0, second=0, microsecond=0) + HOUR  # the first whole hour
+    settled = (now - SETTLED).replace(minute=0, second=0, microsecond=0)  # whole hours end here
+    hours = []
+    moment = first
+    while moment + HOUR <= settled:
+        hours.append(moment)
+        moment += HOUR
+    prefix = f"durable:finished:{conf.get('DATABASE')}:"
+    kept = cache.get_many([prefix + h.isoformat() for h in hours])
+    counts = {h: kept[prefix + h.isoformat()] for h in hours if prefix + h.isoformat() in kept}
+    missing = [h for h in hours if h not in counts]
+    if missing:
+        counted = _by_hour(missing[0], missing[-1] + HOUR)
+        fresh = {h: counted.get(h, {}) for h in missing}
+        cache.set_many({prefix + h.isoformat(): value for h, value in fresh.items()}, timeout=2 * 24 * 3600)
+        counts.update(fresh)
+    for h, value in _by_hour(start, first).items():  # the first, partial hour
+        counts[h] = value
+    for h, value in _by_hour(hours[-1] + HOUR if hours else first, None).items():  # since then, live
+        counts.setdefault(h, {}).update(value)
+    return counts
+
+
+def _by_hour(since, until) -> dict:
+    from django.db.models.functions import Trunc
+
+    runs = WorkflowRun.objects.filter(finished_at__gte=since)
+    if until is not None:
+        runs = runs.filter(finished_at__lt=until)
+    counted: dict = defaultdict(dict)
+    rows = (runs.order_by().annotate(at=Trunc("finished_at", "hour", tzinfo=dt.timezone.utc))
+            .values_list("at", "queue", "status").annotate(n=Count("pk")))
+    for at, queue, status, n in rows:
+        counted[at][(queue, status)] = n
+    return counted
+
+
+def status_table(now, by_hour: dict | None = None):
+    """Rows per queue: unfinished runs by status now, and runs finished in the last 24 hours by
+    outcome (`by_hour`: finished_by_hour(now), if the caller has it already)."""
     cells: dict = defaultdict(lambda: defaultdict(int))
     unfinished = (
         WorkflowRun.objects.filter(status__in=UNFINISHED).order_by()
@@ -40,14 +91,11 @@ def status_table(now):
     )
     for queue, status, n in unfinished:
         cells[queue][status] += n
-    finished = (
-        WorkflowRun.objects.filter(finished_at__gte=since).order_by()
-        .values_list("queue", "status").annotate(n=Count("pk"))
-    )
-    for queue, status, n in finished:
-        for label, statuses in OUTCOMES.items():
-            if status in statuses:
-                cells[queue][label] += n
+    for hour in (by_hour if by_hour is not None else finished_by_hour(now)).values():
+        for (queue, status), n in hour.items():
+            for label, statuses in OUTCOMES.items():
+                if status in statuses:
+                    cells[queue][label] += n
     columns = [status.value for status in UNFINISHED] + list(OUTCOMES)
     rows = [{"queue": queue, "cells": [cells[queue][c] for c in columns]} for queue in sorted(cells)]
     totals = [sum(row["cells"][i] for row in rows) for i in range(len(columns))]

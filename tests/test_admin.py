@@ -4,6 +4,7 @@ RELIABILITY T39 (no payload leak) and T40 (admin permissions and actions), and t
 budgets of the lists.
 """
 
+import datetime as dt
 import uuid
 
 import pytest
@@ -469,11 +470,33 @@ def test_the_overview_and_a_run_page_cost_a_fixed_number_of_queries(admin_client
     many = durable.start("tests.squares", 40)
     drain()
     assert count_queries(admin_client, run_url(few)) == count_queries(admin_client, run_url(many)) <= 16
+    count_queries(admin_client, "/admin/django_durable/overview/")  # the day's whole hours counted, then cached
     before = count_queries(admin_client, "/admin/django_durable/overview/")
     for x in range(20):
         durable.start("tests.raises")
     drain()
     assert count_queries(admin_client, "/admin/django_durable/overview/") == before <= 14
+
+
+def test_the_overview_counts_a_past_hour_once_and_then_reads_it_from_the_cache():
+    from django.core.cache import cache
+
+    from django_durable import stats
+
+    cache.clear()
+    try:
+        runs = [durable.start("tests.raises") for _ in range(3)] + [durable.start("tests.three_steps")]
+        drain()
+        now = timezone.now()
+        three_hours_ago = (now - dt.timedelta(hours=3)).replace(minute=30)
+        WorkflowRun.objects.filter(pk__in=[r.pk for r in runs[:3]]).update(finished_at=three_hours_ago)
+        hour = three_hours_ago.replace(minute=0, second=0, microsecond=0)
+        assert stats.finished_by_hour(now)[hour] == {("default", "failed"): 3}
+        WorkflowRun.objects.filter(pk=runs[0].pk).delete()  # a past hour's count is not read again
+        assert stats.finished_by_hour(now)[hour] == {("default", "failed"): 3}
+        assert sum(n for h in stats.finished_by_hour(now).values() for n in h.values()) == 4
+    finally:
+        cache.clear()  # the counts of a backdated hour must not reach other tests
 
 
 def test_the_list_never_counts_the_whole_table(admin_client, monkeypatch):

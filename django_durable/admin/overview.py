@@ -16,7 +16,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ..models import Overview, Schedule, Worker, WorkflowRun, WorkItem
-from ..stats import OUTCOMES, live_workers_since, queue_lag, status_table
+from ..stats import OUTCOMES, finished_by_hour, live_workers_since, queue_lag, status_table
 from . import display
 from .base import PageAdmin
 
@@ -31,16 +31,18 @@ class OverviewAdmin(PageAdmin):
     def changelist_view(self, request, extra_context=None):
         self.check_view(request)
         now = timezone.now()
+        by_hour = finished_by_hour(now)  # the day's whole hours are counted once, then cached
         runs_url = reverse(f"{self.admin_site.name}:django_durable_workflowrun_changelist")
         context = self.page_context(
             request, "Durable workflows: overview",
             now=now, runs_url=runs_url,
-            table=status_table(now),
+            table=status_table(now, by_hour),
             lag=queue_lag(now),
             expired_claims=WorkItem.objects.expired().count(),
             workers=worker_summary(),
             hour_chart=chart(finished_buckets(now, dt.timedelta(hours=1), "minute", 5), "5 minutes"),
-            day_chart=chart(finished_buckets(now, dt.timedelta(days=1), "hour", 1), "hour"),
+            day_chart=chart(finished_buckets(now, dt.timedelta(days=1), "hour", 1, counts=[
+                (at, status, n) for at, hour in by_hour.items() for (_, status), n in hour.items()]), "hour"),
             failures=recent_failures(with_message=request.user.has_perm("django_durable.view_payload_workflowrun")),
             schedules=list(Schedule.objects.filter(status=Schedule.Status.ACTIVE, next_fire_at__isnull=False)
                            .order_by("next_fire_at")[:5]),
@@ -55,15 +57,17 @@ def worker_summary():
     return {"live": len(live), "stale": len(rows) - len(live), "rows": live[:10]}
 
 
-def finished_buckets(now, span: dt.timedelta, unit: str, width: int):
-    """[(bucket start, {outcome: count})] over `span` before now, buckets of `width` `unit`s."""
+def finished_buckets(now, span: dt.timedelta, unit: str, width: int, counts=None):
+    """[(bucket start, {outcome: count})] over `span` before now, buckets of `width` `unit`s;
+    `counts`: the (unit start, status, n) of that span, when the caller has them."""
     step = dt.timedelta(**{f"{unit}s": width})
     start = now - span
-    counts = (
-        WorkflowRun.objects.filter(finished_at__gte=start).order_by()
-        .annotate(at=Trunc("finished_at", unit, tzinfo=dt.timezone.utc)).values_list("at", "status")
-        .annotate(n=Count("pk"))
-    )
+    if counts is None:
+        counts = (
+            WorkflowRun.objects.filter(finished_at__gte=start).order_by()
+            .annotate(at=Trunc("finished_at", unit, tzinfo=dt.timezone.utc)).values_list("at", "status")
+            .annotate(n=Count("pk"))
+        )
     first = start.replace(second=0, microsecond=0, tzinfo=dt.timezone.utc) if unit == "minute" else \
         start.replace(minute=0, second=0, microsecond=0, tzinfo=dt.timezone.utc)
     if unit == "minute":
