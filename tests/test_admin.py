@@ -16,7 +16,14 @@ from django.utils import timezone
 
 import django_durable as durable
 from django_durable import schedules
-from django_durable.models import Schedule, Timer, Worker, WorkflowEvent, WorkflowRun, WorkItem
+from django_durable.models import (
+    Schedule,
+    Timer,
+    Worker,
+    WorkflowEvent,
+    WorkflowRun,
+    WorkItem,
+)
 from django_durable.testing import drain
 from tests.conftest import ledger_counts
 

@@ -16,7 +16,13 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ..models import Overview, Schedule, Worker, WorkflowRun, WorkItem
-from ..stats import OUTCOMES, finished_by_hour, live_workers_since, queue_lag, status_table
+from ..stats import (
+    OUTCOMES,
+    finished_by_hour,
+    live_workers_since,
+    queue_lag,
+    status_table,
+)
 from . import display
 from .base import PageAdmin
 
