@@ -8,6 +8,8 @@ JSON (a list of distinct 100-character strings):
   value only   the step returns the list's length: the memory of the value itself
   stored       the step returns the list, DURABLE_PAYLOAD_OFFLOAD_BYTES = 1 MB: streamed to the storage
   inline       the step returns the list, no offloading (DURABLE_MAX_PAYLOAD_BYTES raised to fit)
+  read back    stored by one worker, then the run sleeps; a second worker (measured) replays the
+               step, which reads the value back from the storage
 Each worker's peak resident memory (ru_maxrss) is printed, and its growth over "value only".
 Meanwhile, in the stored round, an idle second worker takes one-step runs started one at a time:
 their start-to-result latency is compared with the same runs when nothing big is being written.
@@ -40,16 +42,20 @@ from bench.run import worker_command, worker_env  # noqa: E402
 from django_durable.models import Step, WorkflowRun  # noqa: E402
 
 
-def peak_mb(mb: int, keep: bool, env: dict) -> tuple[float, float]:
+def peak_mb(mb: int, keep: bool, env: dict, reread: bool = False) -> tuple[float, float]:
     """(the burst worker's peak RSS in MB, seconds) for one big_result run."""
-    run = durable.start("bench.big_result", mb=mb, keep=keep)
+    run = durable.start("bench.big_result", mb=mb, keep=keep, reread=reread)
     connections.close_all()
     # A wrapper process of its own, so that its children's peak is this worker's alone.
     measure = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); " \
               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    command = [sys.executable, "-c", measure, *worker_command("--burst", "-c", "1", "-v", "0")]
+    if reread:  # the first worker stores it; once the sleep is over, a second one reads it back
+        subprocess.run(command, env=worker_env(**env), check=True, cwd=ROOT, capture_output=True)
+        time.sleep(1.0)
+        connections.close_all()
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", measure, *worker_command("--burst", "-c", "1", "-v", "0")],
-                          env=worker_env(**env), check=True, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(command, env=worker_env(**env), check=True, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     after = int(done.stdout.split()[-1])
     run.refresh_from_db()
@@ -79,12 +85,15 @@ def main() -> None:
     value_only, _ = peak_mb(args.mb, False, {})
     stored, stored_s = peak_mb(args.mb, True, stored_env)
     inline, inline_s = peak_mb(args.mb, True, inline_env)
-    size = sum(f.stat().st_size for f in Path(store).rglob("*.json")) / 1e6
+    reread, reread_s = peak_mb(args.mb, True, stored_env, reread=True)
+    size = max(f.stat().st_size for f in Path(store).rglob("*.json")) / 1e6
     print(f"JSON of the result: {size:.0f} MB")
     print(f"{'':14}{'peak RSS MB':>12}{'over value':>12}{'seconds':>9}")
     print(f"{'value only':14}{value_only:12.0f}{0:12.0f}")
     print(f"{'stored':14}{stored:12.0f}{stored - value_only:12.0f}{stored_s:9.1f}")
     print(f"{'inline':14}{inline:12.0f}{inline - value_only:12.0f}{inline_s:9.1f}")
+    print(f"{'read back':14}{reread:12.0f}{reread - value_only:12.0f}{reread_s:9.1f}"
+          "   (stored, then a replay reads it back)")
 
     # Claim latency of small runs on another worker, while a big result is being stored.
     small = subprocess.Popen(worker_command("-c", "1", "-v", "0", "--queues", "small"), env=worker_env(), cwd=ROOT)

@@ -43,6 +43,10 @@ def big_value(mb: int, keep: bool):
 
 
 @durable.workflow("bench.big_result")
-def big_result(ctx, mb, keep=True):
+def big_result(ctx, mb, keep=True, reread=False):
+    """With `reread`, the run sleeps after the step: the next advance replays it, and the value
+    comes back from where it was stored."""
     value = ctx.step("big", big_value, mb, keep)
+    if reread:
+        ctx.sleep("pause", 0.1)
     return len(value) if keep else value
