@@ -345,6 +345,8 @@ class WorkflowRunAdmin(DurableAdmin):
         for step in steps:
             step.took = display.duration(display.between(step.started_at, step.finished_at)) if step.started_at else ""
             step.result_text, step.result_long = display.value_text(step.result) if payloads else ("", False)
+            stored = stored_reference(step.result) if payloads else None
+            step.result_stored = stored_shown(stored)["stored"] if stored else None
             step.error_text = display.error_summary(step.error, with_message=payloads, limit=200)
             step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
             # In a finished run nothing waits or runs any more: a step left so is shown stopped, and
