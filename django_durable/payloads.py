@@ -44,11 +44,62 @@ def storage():
     return storages[STORAGE_ALIAS]
 
 
+# json's C encoder, one value at a time, ASCII (characters are bytes).
+_ENCODE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False).encode
+# How deep containers are taken apart: below, each value is encoded whole by the C encoder.
+PIECE_DEPTH = 2
+
+
+def _pieces(obj: Any, depth: int = 0):
+    """The JSON text of `obj` in pieces: its containers taken apart down to PIECE_DEPTH, each value
+    below that encoded whole (fast), so no piece is much bigger than one item of a big list."""
+    kind = type(obj)
+    if depth < PIECE_DEPTH and kind is list and obj:
+        yield "["
+        for index, item in enumerate(obj):
+            if index:
+                yield ","
+            yield from _pieces(item, depth + 1)
+        yield "]"
+    elif depth < PIECE_DEPTH and kind is dict and obj:
+        yield "{"
+        for index, (key, item) in enumerate(obj.items()):
+            yield f"{',' if index else ''}{_ENCODE(key)}:"
+            yield from _pieces(item, depth + 1)
+        yield "}"
+    else:
+        yield _ENCODE(obj)
+
+
+def _surely_within(obj: Any, budget: int) -> bool:
+    """Whether the JSON of `obj` is surely at most `budget` bytes: a bound counted from its
+    strings (six bytes a character, the most an escape takes) and items, given up once over."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            budget -= 6 * len(item) + 2
+        elif kind is list:
+            budget -= len(item) + 2
+            stack.extend(item)
+        elif kind is dict:
+            budget -= 2 * len(item) + 2
+            stack.extend(item)
+            stack.extend(item.values())
+        else:
+            budget -= 32  # a number, true, false or null
+        if budget < 0:
+            return False
+    return True
+
+
 def encode_plain(plain: Any, owner, limit: int, dumps) -> str:
     """JSON text of `plain` (plain JSON values): itself when it is at most `limit` bytes, else a
     reference to the file it was streamed to. `dumps` encodes the small case as the caller would."""
-    encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
-    chunks = encoder.iterencode(plain)
+    if _surely_within(plain, limit):
+        return dumps(plain)  # the common case: no streaming, json's C encoder in one go
+    chunks = _pieces(plain)
     head, size = [], 0
     for chunk in chunks:
         head.append(chunk)
