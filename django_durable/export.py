@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import clock, conf
+from . import clock, conf, partitioning
 from .models import SignalMessage, Step, WorkflowRun, WorkItem
 
 FORMAT = "django-durable-run/1"
@@ -77,8 +77,9 @@ def load_run(data: dict | str, *, run_id=None) -> WorkflowRun:
         run = WorkflowRun(id=pk, **fields)
         run.save(using=db, force_insert=True)
         fields_kept = _STEP_FIELDS if str(pk) == str(data.get("id")) else set(_STEP_FIELDS) - {"fingerprint"}
+        key = partitioning.entry_fields(pk, db)
         Step.objects.using(db).bulk_create(
-            Step(run_id=pk, **{field: _typed(field, value) for field, value in entry.items() if field in fields_kept})
+            Step(run_id=pk, **key, **{field: _typed(field, value) for field, value in entry.items() if field in fields_kept})
             for entry in data.get("journal", []))
         SignalMessage.objects.using(db).bulk_create(
             SignalMessage(run_id=pk, **{field: _typed(field, value) for field, value in message.items()

@@ -81,6 +81,8 @@ UPSERT = (
     )
     + " WHERE durable_step.status NOT IN ('completed', 'failed')"
 )
+# The same on a partitioned journal, whose unique index holds the partition key too.
+UPSERT_PARTITIONED = UPSERT.replace("ON CONFLICT (run_id, key)", "ON CONFLICT (run_id, key, run_created_at)", 1)
 
 
 _NO_ARGUMENTS = "[[],{}]"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import time
@@ -46,6 +47,10 @@ class DurableManager(models.Manager):
 
     def get_queryset(self):
         return self._queryset_class(model=self.model, using=self._db or conf.get("DATABASE"), hints=self._hints)
+
+
+# The journal's partition key for every entry not in a time partition (see Step.run_created_at).
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def uuid7() -> uuid.UUID:
@@ -412,6 +417,13 @@ class Step(models.Model):
     fingerprint = models.CharField(
         max_length=16, null=True, blank=True,
         help_text="A hash of the step's function and arguments: a replay that calls it otherwise is stopped.",
+    )
+    # The partition key where the journal is partitioned (PostgreSQL, partitioning.py): the run's
+    # creation time, the same for every entry of a run. 1970 otherwise, and for the entries of the
+    # runs created before the journal was partitioned (a default that costs no rewrite).
+    run_created_at = models.DateTimeField(
+        db_default=EPOCH, editable=False,
+        help_text="Where the journal is partitioned: its run's creation time (its partition); 1970 otherwise.",
     )
 
     objects = DurableManager()

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 
 
-from . import clock, conf, payloads, registry
+from . import clock, conf, partitioning, payloads, registry
 
 PRUNE_WORKFLOW = "durable.prune"
 
@@ -64,7 +64,11 @@ def delete_batch(cohort: Cohort, batch: int) -> int:
         return 0
     stored = payloads.stored_of(ids)
     # Still finished: a run retried meanwhile is left alone.
-    _, by_model = WorkflowRun.objects.filter(pk__in=ids, status__in=WorkflowRun.TERMINAL).delete()
+    finished = WorkflowRun.objects.filter(pk__in=ids, status__in=WorkflowRun.TERMINAL)
+    if partitioning.layout() is None:
+        _, by_model = finished.delete()
+    else:  # the journal entries go with their partition
+        _, by_model = partitioning.delete_runs(finished, conf.get("DATABASE"))
     if stored:
         kept = set(WorkflowRun.objects.filter(pk__in=ids).values_list("pk", flat=True))
         payloads.delete([name for run_id, name in stored if run_id not in kept])
@@ -109,6 +113,7 @@ def prune(older_than: dt.timedelta | None = None, batch: int = 1000) -> tuple[in
             runs += deleted
     events = delete_events(batch)
     delete_orphaned_payloads()
+    partitioning.maintain()
     return runs, events
 
 
@@ -126,6 +131,7 @@ def prune_workflow(ctx, batch: int = 1000) -> dict:
                 break
     events = ctx.step("events", delete_events, batch)
     ctx.step("orphaned payloads", delete_orphaned_payloads)
+    ctx.step("partitions", partitioning.maintain)
     return {"runs": runs, "events": events}
 
 

@@ -14,7 +14,7 @@ import time
 
 from django.db import DatabaseError, InterfaceError, connections
 
-from . import conf, schedules, serialization, workpool
+from . import conf, partitioning, schedules, serialization, workpool
 from .checks import check_sqlite_journal
 from .humanize import one_line
 from .engine import alarm
@@ -78,6 +78,12 @@ class Worker:
             schedules.sync_declared()  # every worker may: it is idempotent
         except DB_ERRORS as exc:
             logger.warning("Could not sync the declared schedules (%s); the next worker start will.", exc)
+            close_connection(self.db)
+        try:
+            if partitioning.layout(self.db, refresh=True) is not None:
+                partitioning.ensure_ahead(self.db)  # idempotent too; the daily durable.prune also makes them
+        except DB_ERRORS as exc:
+            logger.warning("Could not make the journal's partitions ahead (%s).", exc)
             close_connection(self.db)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff = Backoff()

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Max
 
-from .. import clock, conf, serialization, workpool
+from .. import clock, conf, partitioning, serialization, workpool
 from ..exceptions import InvalidTransition, RunFinished, StepNotFound
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import audit
@@ -72,7 +72,8 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
         if entry is None:
             seq = (Step.objects.using(db).filter(run_id=pk).aggregate(m=Max("seq"))["m"] or 0) + 1
             Step.objects.using(db).create(run_id=pk, key=key, seq=seq, kind=Step.Kind.STEP, status=Step.Status.COMPLETED,
-                                          result=text, attempts=0, started_at=now, finished_at=now)
+                                          result=text, attempts=0, started_at=now, finished_at=now,
+                                          **partitioning.entry_fields(pk, db))
         else:
             Step.objects.using(db).filter(pk=entry.pk).update(
                 status=Step.Status.COMPLETED, result=text, error=None, finished_at=now, retry_at=None

@@ -13,9 +13,9 @@ import logging
 
 from django.db import DatabaseError, connections, transaction
 
-from .. import clock, conf
+from .. import clock, conf, partitioning
 from .. import queues as durable_queues
-from ..journal import STEP_COLUMNS, UPSERT
+from ..journal import STEP_COLUMNS, UPSERT, UPSERT_PARTITIONED
 from ..models import WorkflowRun, WorkItem
 from . import queries
 from .rows import Child, Claimed, Entry, Message
@@ -112,7 +112,23 @@ def execute(db: str, sql: str, params):
 
 def _fill(template: str, **parts) -> str:
     """A template of queries.py with its parts in braces filled in."""
-    return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **parts)
+    return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **_journal_parts(), **parts)
+
+
+_PLAIN_JOURNAL = {"upsert": UPSERT, "key_column": "", "key_value": "", "own_partition": "", "group_partition": ""}
+
+
+def _journal_parts() -> dict:
+    """The parts that differ where the journal is partitioned (partitioning.py)."""
+    shape = partitioning.layout()
+    if shape is None:
+        return _PLAIN_JOURNAL
+    def key_of(run_id: str) -> str:
+        return f"(SELECT {shape.key_sql('kr')} FROM durable_workflow_run AS kr WHERE kr.id = {run_id})"
+
+    return {"upsert": UPSERT_PARTITIONED, "key_column": ', "run_created_at"', "key_value": f", {key_of('v.run_id')}",
+            "own_partition": f" AND s.run_created_at = {shape.key_sql('r')}",
+            "group_partition": f" AND g.run_created_at = {key_of('fence.run_id')}"}
 
 
 class _Ending:
@@ -252,7 +268,7 @@ def record_steps(claim, records) -> tuple[int, bool]:
     """Write the entries, fenced; return how many were written and whether a cancel was requested."""
     rows, params = _values(claim, records)
     consumed_sql, consumed_params = _consumed(records)
-    sql = _fill(queries.RECORD_STEPS, consumed=consumed_sql, columns=_COLUMN_NAMES, rows=rows, upsert=UPSERT)
+    sql = _fill(queries.RECORD_STEPS, consumed=consumed_sql, columns=_COLUMN_NAMES, rows=rows)
     row = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *params, claim.run_id])[0]
     return row[0], bool(row[1])
 
@@ -267,7 +283,7 @@ def _end(item_status_sql: str, claim, records, timers, items=(), available_at=No
     params.extend(consumed_params)
     if records:
         rows, values = _values(claim, records)
-        sql += _fill(queries.END_STEPS, columns=_COLUMN_NAMES, rows=rows, upsert=UPSERT)
+        sql += _fill(queries.END_STEPS, columns=_COLUMN_NAMES, rows=rows)
         params.extend(values)
     if items:
         sql += _fill(queries.END_BRANCHES, rows=", ".join(["(%s::varchar, %s::varchar, %s::varchar, %s::text)"] * len(items)))

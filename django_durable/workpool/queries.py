@@ -11,6 +11,10 @@ The parts in braces:
                  skip_locked=True, no_key=True), compiled by the ORM (one definition of "ready")
   {columns}      the journal's columns (journal.STEP_COLUMNS); {rows} one typed VALUES row each
   {upsert}       the journal's conflict rule (journal.UPSERT): a final entry is never replaced
+  {key_column} {key_value} {own_partition} {group_partition}
+                 where the journal is partitioned (partitioning.py): the partition key written
+                 with each entry, and the condition that looks a run's entries up in its own
+                 partition only; empty for a plain journal
   {entry} {message} {child}   the JSON array of a row, in the order of rows.Entry/Message/Child
 
 Every statement runs alone in autocommit (or inside an atomic step's transaction), so no row
@@ -75,9 +79,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
        CASE WHEN r.status NOT IN ({terminal}) THEN r.workflow END,
        r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
        CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg({entry}) FROM durable_step AS s WHERE s.run_id = c.run_id)
+           (SELECT json_agg({entry}) FROM durable_step AS s WHERE s.run_id = c.run_id{own_partition})
        ELSE
-           (SELECT json_agg({entry}) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+           (SELECT json_agg({entry}) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key{own_partition})
        END AS journal,
        CASE WHEN c.kind = 'advance' THEN
            (SELECT json_agg({message} ORDER BY m.id)
@@ -101,8 +105,8 @@ WITH fence AS (
     SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
 ){consumed},
 written AS (
-    INSERT INTO durable_step ({columns})
-    SELECT v.* FROM fence, (VALUES {rows}) AS v ({columns})
+    INSERT INTO durable_step ({columns}{key_column})
+    SELECT v.*{key_value} FROM fence, (VALUES {rows}) AS v ({columns})
     {upsert}
     RETURNING 1
 )
@@ -138,8 +142,8 @@ WITH fence AS (
 # The last journal entries of the item ({rows}: one typed row each).
 END_STEPS = """,
 steps AS (
-    INSERT INTO durable_step ({columns})
-    SELECT v.* FROM fence, (VALUES {rows}) AS v ({columns})
+    INSERT INTO durable_step ({columns}{key_column})
+    SELECT v.*{key_value} FROM fence, (VALUES {rows}) AS v ({columns})
     {upsert} RETURNING 1
 )"""
 
@@ -239,7 +243,7 @@ RELEASE_NOTIFY = "pg_notify('durable_work', '')"
 FINISH_BRANCH = """,
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s
+    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s{group_partition}
     RETURNING g.remaining
 ),
 stopped AS (

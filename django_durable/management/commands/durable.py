@@ -5,6 +5,7 @@
     cancel RUN_ID [--reason R]     signal RUN_ID NAME [--payload JSON]     retry RUN_ID
     schedules [list|sync|pause SLUG|resume SLUG|trigger SLUG]
     prune [--older-than 30d] [--batch 1000] [--dry-run]
+    partitions [list|maintain] [--ahead 3] [--keep]
     stats
 
 Exit codes: 0 done; 1 the run's state refused it (or, with start --wait, the run did not
@@ -96,6 +97,12 @@ class Command(BaseCommand):
                            help="e.g. 30d, 12h, 90m or seconds; default DURABLE_RETENTION")
         prune.add_argument("--batch", type=int, default=1000, help="runs deleted per transaction")
         prune.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
+
+        parts = commands.add_parser("partitions", help="the journal's time partitions (PostgreSQL): list them, "
+                                                       "make them ahead, drop the empty past ones")
+        parts.add_argument("action", nargs="?", default="list", choices=["list", "maintain"])
+        parts.add_argument("--ahead", type=int, default=3, help="intervals to have partitions for (default 3)")
+        parts.add_argument("--keep", action="store_true", help="with maintain: make and analyze, drop nothing")
 
         summary = commands.add_parser("stats", help="counts, queue lag, throughput")
         summary.add_argument("--json", action="store_true")
@@ -243,6 +250,28 @@ class Command(BaseCommand):
         self.stdout.write(f"deleted {runs} finished run(s) {kept}.")
         if events:
             self.stdout.write(f"deleted {events} emitted event(s) kept longer than DURABLE_EVENT_RETENTION.")
+
+    def do_partitions(self, *, action, ahead, keep, **_):
+        from django_durable import partitioning
+
+        if partitioning.layout(refresh=True) is None:
+            raise CommandError("The journal is a plain table: nothing to do. Partition it with the "
+                               "PartitionJournal migration operation (docs/scaling.md, PostgreSQL only).")
+        if ahead < 1:
+            raise CommandError(f"--ahead must be at least 1, not {ahead}.")
+        if action == "maintain":
+            done = partitioning.maintain(ahead=ahead, drop_empty=not keep)
+            for name in done["made"]:
+                self.stdout.write(f"made {name}")
+            for name in done["dropped"]:
+                self.stdout.write(f"dropped {name}")
+            self.stdout.write(f"made {len(done['made'])}, dropped {len(done['dropped'])}; analyzed durable_step.")
+            return
+        empty = {p.name for p in partitioning.droppable()}
+        for p in partitioning.partitions():
+            start = "the beginning" if p.start is None else f"{p.start:%Y-%m-%d %H:%M}"
+            self.stdout.write(f"{p.name:32} {start:>16} to {p.end:%Y-%m-%d %H:%M}  ~{p.rows:,} entries"
+                              + ("  (no run left: maintain drops it)" if p.name in empty else ""))
 
     def do_check_replay(self, *, since, workflow, json, **_):
         from django_durable.replaycheck import check_replay
