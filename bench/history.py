@@ -18,6 +18,7 @@ The dead tuples of the durable tables are printed after the prune and after the 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import io
 import json
 import os
@@ -42,6 +43,7 @@ from django.db import connection, connections  # noqa: E402
 from django.test import Client  # noqa: E402
 
 import django_durable as durable  # noqa: E402
+from django_durable import partitioning  # noqa: E402
 from django_durable.models import WorkflowRun  # noqa: E402
 from bench.admin_pages import measure  # noqa: E402
 from bench.run import quantile, worker_command, worker_env  # noqa: E402
@@ -79,9 +81,15 @@ def template(steps: int) -> dict[str, tuple[list[str], list[str]]]:
 
 def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_000) -> float:
     """COPY `runs` finished runs like the template into the tables (their ids from `first_id` on),
-    finished over the last `days`; return the seconds it took."""
+    created and finished over the last `days` (each a minute after it was created); return the
+    seconds it took. Each journal entry carries its run's creation time as its partition key where
+    the journal is partitioned, as the engine writes it."""
     rows, pk = template(steps)
     finished_column = rows["durable_workflow_run"][0].index("finished_at")
+    created_column = rows["durable_workflow_run"][0].index("created_at")
+    step_columns = rows["durable_step"][0]
+    keyed = partitioning.layout(refresh=True) is not None
+    key_column = step_columns.index("run_created_at")
     started = time.perf_counter()
     connection.ensure_connection()
     raw = connection.connection
@@ -102,11 +110,18 @@ def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_00
                 for i in range(first, min(runs, first + chunk)):
                     # uuid7-shaped, with a "time" near 1970: never one a real run gets.
                     new = str(uuid.UUID(int=(first_id + i + 1) << 80 | 7 << 76 | 2 << 62))
+                    finished = now - span * (runs - i) / runs
+                    created = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(finished - 60))
                     if table == "durable_workflow_run":
                         fields = lines[0].replace(pk, new).split("\t")
-                        fields[finished_column] = time.strftime("%Y-%m-%d %H:%M:%S+00",
-                                                                time.gmtime(now - span * (runs - i) / runs))
+                        fields[finished_column] = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(finished))
+                        fields[created_column] = created
                         out.append("\t".join(fields))
+                    elif table == "durable_step" and keyed:
+                        for line in lines:
+                            fields = line.replace(pk, new).split("\t")
+                            fields[key_column] = created
+                            out.append("\t".join(fields))
                     else:
                         out.extend(line.replace(pk, new) for line in lines)
                 copy.write("\n".join(out) + "\n")
@@ -169,17 +184,22 @@ def admin(loads: int) -> dict:
         ("overview", "/admin/django_durable/overview/"))}
 
 
+# A table's name, its partitions counted as the journal's.
+TABLE_OF = "CASE WHEN relname LIKE 'durable\\_step\\_%%' THEN 'durable_step' ELSE relname END"
+
+
 def dead() -> dict:
     time.sleep(1.5)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s) "
-                       "ORDER BY relname", [TABLES])
+        cursor.execute(f"SELECT {TABLE_OF} AS t, sum(n_live_tup)::bigint, sum(n_dead_tup)::bigint "
+                       f"FROM pg_stat_user_tables WHERE {TABLE_OF} = ANY(%s) GROUP BY t ORDER BY t", [TABLES])
         return {name: (live, dead) for name, live, dead in cursor.fetchall()}
 
 
 def sizes() -> dict:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relname = ANY(%s)", [TABLES])
+        cursor.execute(f"SELECT {TABLE_OF} AS t, sum(pg_total_relation_size(oid))::bigint FROM pg_class "
+                       f"WHERE relkind = 'r' AND {TABLE_OF} = ANY(%s) GROUP BY t", [TABLES])
         return {name: size for name, size in cursor.fetchall()}
 
 
@@ -202,6 +222,8 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--partitioned", action="store_true",
+                        help="the journal in monthly partitions (partitioning.py); the prune then drops them")
     parser.add_argument("--measure-only", action="store_true",
                         help="only measure the database as it is (another sample after a run)")
     args = parser.parse_args()
@@ -211,6 +233,10 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)}, durable_timer, durable_signal CASCADE")
+    if args.partitioned:  # monthly partitions since before the history began, as after a year in use
+        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=args.days + 2)
+        partitioning.convert(connection.alias, "month", since=since)
+        log(f"partitioned: {len(partitioning.partitions())} monthly partitions")
     out = {"args": vars(args) | {"json": str(args.json)}}
     # "Empty" still has a page of runs, so that both lists render as many rows.
     load(args.base_runs, args.steps, 1)
@@ -229,7 +255,8 @@ def main() -> None:
     call_command("durable", "prune", "--older-than", f"{age}d", "--batch", "1000", stdout=io.StringIO())
     out["prune_s"] = time.perf_counter() - started
     out["dead_after_prune"] = dead()
-    log(f"prune {out['prune_s']:.0f} s; dead {out['dead_after_prune']}")
+    out["partitions_after_prune"] = len(partitioning.partitions())
+    log(f"prune {out['prune_s']:.0f} s; dead {out['dead_after_prune']}; sizes {sizes()}")
     started = time.perf_counter()
     with connection.cursor() as cursor:
         for table in TABLES:

@@ -131,12 +131,13 @@ def _name(start: dt.datetime) -> str:
 # -- the conversion -------------------------------------------------------------------------------
 
 
-def convert(db: str, interval: str = "month", ahead: int = 3) -> Layout:
+def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datetime | None = None) -> Layout:
     """Partition the plain journal on `db` (see PartitionJournal); return its layout.
 
     Outside a transaction (a migration with ``atomic = False``), the index the partitions need is
     built CONCURRENTLY first, so writes go on while it is made; inside one, it is built plainly
-    (right for a small table). The swap itself is one short transaction.
+    (right for a small table). The swap itself is one short transaction. `since`, an earlier
+    moment the time partitions begin at, is for an empty journal only (a benchmark's history).
     """
     if interval not in INTERVALS:
         raise ValueError(f"interval must be one of {', '.join(INTERVALS)}, not {interval!r}.")
@@ -155,8 +156,13 @@ def convert(db: str, interval: str = "month", ahead: int = 3) -> Layout:
         cursor.execute(f"CREATE UNIQUE INDEX {concurrently}IF NOT EXISTS durable_step_run_key_created "
                        f"ON {TABLE} (run_id, key, run_created_at)")
         with transaction.atomic(using=db):
-            cursor.execute("SELECT date_trunc('second', statement_timestamp())")
-            since = cursor.fetchone()[0].astimezone(dt.timezone.utc)
+            if since is None:
+                cursor.execute("SELECT date_trunc('second', statement_timestamp())")
+                since = cursor.fetchone()[0].astimezone(dt.timezone.utc)
+            else:
+                cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {TABLE})")
+                if cursor.fetchone()[0]:
+                    raise ValueError("An earlier `since` is for an empty journal only.")
             before = f"{TABLE}_before_{since:%Y%m%d}"
             # Every entry there is of a run from before: checked once (a scan, writes go on), and
             # then the attach below needs no scan of its own.
