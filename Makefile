@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-latest bench bench-peers chaos hosts clean
+.PHONY: demo test test-latest docs bench bench-peers chaos hosts clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	scripts/run-tests.sh
+
+# The documentation site (MkDocs with the Material theme) in site/, warnings as errors; its own
+# .venv-docs. `make test` builds it too. DOCS_ARGS=serve to read it at http://127.0.0.1:8000/.
+docs:
+	scripts/build-docs.sh $(DOCS_ARGS)
 
 # The suite on the newest Django (6.x needs Python 3.12 or later), in its own .venv-latest.
 # PYTEST_ARGS='-m "not slow"' leaves out the slow process-heavy tests (CI does).
@@ -42,4 +47,4 @@ hosts: $(STAMP)
 	$(VENV)/bin/python -m tests.hosts
 
 clean:
-	rm -rf $(VENV) .venv-latest dist build db.sqlite3 db.sqlite3-*
+	rm -rf $(VENV) .venv-latest .venv-docs site dist build db.sqlite3 db.sqlite3-*

@@ -31,6 +31,9 @@ fi
 echo "=== django-durable tests on PostgreSQL ($url) ==="
 DURABLE_TEST_DATABASE_URL=$url timeout -k 60 "$SUITE_LIMIT" "$PY" -m pytest "$@" || status=$?
 
+echo "=== the documentation site (mkdocs build --strict) ==="
+scripts/build-docs.sh || status=$?
+
 if [ "$status" -ne 0 ]; then
   echo "=== FAILED (exit $status) ===" >&2
 fi
