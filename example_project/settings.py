@@ -78,6 +78,14 @@ else:
     DATABASES["default"]["CONN_MAX_AGE"] = 60
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django.tasks tasks (orders/tasks.py) on the durable workers. Django 6 ships django.tasks; on
+# Django 5.2 it is the django-tasks backport, an app of its own.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}
 USE_TZ = True
 TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"

@@ -47,16 +47,22 @@ done
 
 cat <<TXT
 
-  django-durable demo is running.
+  django-durable demo is running: a small shop whose work is done by durable workflows.
+  Log in as demo / demo, then:
 
-  Example runs:   http://127.0.0.1:$PORT/   (log in, then approve or reject the waiting refund there)
-  Approval inbox: http://127.0.0.1:$PORT/admin/django_durable/approval/
-  Operator admin: http://127.0.0.1:$PORT/admin/django_durable/overview/
-  REST API:       http://127.0.0.1:$PORT/api/durable/workflows/   (schema: .../api/durable/schema/)
-  Log in as:      demo / demo
+  1. The shop:    http://127.0.0.1:$PORT/
+     Place an order and watch its checkout live on the order's page (reserve, charge, ship,
+     a receipt as a child workflow, its e-mail as a django.tasks task). Choose the declined
+     card to see the saga undo the reservation.
+  2. A refund:    on a shipped order's page, "Ask for a refund"; approve it on the home page
+     (or in the admin's approval inbox: http://127.0.0.1:$PORT/admin/django_durable/approval/).
+  3. A fan-out:   "Render product images" on the home page: nine branches shared by the workers.
+  4. The admin:   http://127.0.0.1:$PORT/admin/django_durable/overview/   (runs, steps, schedules:
+     trigger the nightly report there)
+  5. The API:     http://127.0.0.1:$PORT/api/durable/workflows/   (schema: .../api/durable/schema/)
 
-  Start more runs:  .venv/bin/python manage.py start_examples
-  From a shell:     .venv/bin/python manage.py durable list   (or stats, status ID, cancel ID ...)
+  Start more example runs:  .venv/bin/python manage.py start_examples
+  From a shell:             .venv/bin/python manage.py durable list   (or stats, status ID, cancel ID ...)
   Press Ctrl-C to stop the worker and the server.
 
 TXT

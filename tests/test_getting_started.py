@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ON_POSTGRES, ROOT
+from tests.conftest import ON_POSTGRES, ROOT, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -138,16 +137,6 @@ def database():
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _wait_for(check, what: str, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_new_user_follows_the_page_to_a_completed_workflow_seen_in_the_admin_and_over_http(tmp_path, database):
     settings_file, db_env = database
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "DURABLE_"))}
@@ -180,11 +169,11 @@ def test_a_new_user_follows_the_page_to_a_completed_workflow_seen_in_the_admin_a
         # "Now stop the worker during the sleep": Ctrl-C, start it again, nothing run twice.
         run_id = project.shell("import django_durable as d; print(d.start('shop.checkout', order_id=3, cents=100).id)").strip()
         status = "from django_durable.models import WorkflowRun as R; print(R.objects.get(pk=%r).status)" % run_id
-        _wait_for(lambda: project.shell(status).strip() == "waiting", "the run to sleep")
+        wait_for(lambda: project.shell(status).strip() == "waiting", timeout=60, interval=0.25, message="the run to sleep")
         project.stop(worker, signal.SIGINT)
         assert worker.returncode == 0, (tmp_path / "background-0.log").read_text()
         project.start(worker_command)
-        _wait_for(lambda: project.shell(status).strip() == "completed", "the run to finish after the restart")
+        wait_for(lambda: project.shell(status).strip() == "completed", timeout=60, interval=0.25, message="the run to finish after the restart")
         attempts = json.loads(project.shell(
             "import json; from django_durable.models import Step; print(json.dumps(dict("
             f"Step.objects.filter(run_id={run_id!r}).values_list('key', 'attempts'))))"))
@@ -194,7 +183,7 @@ def test_a_new_user_follows_the_page_to_a_completed_workflow_seen_in_the_admin_a
         _, (server_command,) = next(blocks)
         project.start(server_command)
         base = f"http://127.0.0.1:{project.port}"
-        _wait_for(lambda: _reachable(base + "/admin/login/"), "the development server")
+        wait_for(lambda: _reachable(base + "/admin/login/"), timeout=60, interval=0.25, message="the development server")
         jar = http.cookiejar.CookieJar()
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         login = browser.open(base + "/admin/login/", timeout=30).read().decode()

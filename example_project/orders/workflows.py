@@ -7,12 +7,14 @@ from decimal import Decimal
 
 import django_durable as durable
 
-from .models import Order, Payment
+from .models import PRODUCTS, Order, Payment
+from .tasks import send_email
 
 
 def load_order(order_id):
     order = Order.objects.get(pk=order_id)
-    return {"id": order.pk, "customer": order.customer, "total": order.total}
+    return {"id": order.pk, "customer": order.customer, "total": order.total, "product": order.product,
+            "quantity": order.quantity, "card": order.card}
 
 
 def charge(order, reference):
@@ -90,6 +92,97 @@ def approve_refund(ctx: durable.Context, order_id: int, amount: str) -> dict:
 
 def create_demo_order(customer: str, total: str) -> Order:
     return Order.objects.create(customer=customer, total=Decimal(total))
+
+
+# -- the shop's checkout: a saga, with a receipt as a child workflow ------------------------------
+
+
+def reserve_stock(order):
+    time.sleep(0.4)  # pretend to ask the warehouse
+    Order.objects.filter(pk=order["id"]).update(status="reserved")
+    return {"reservation": f"RES-{order['id']:05d}"}
+
+
+def release_stock(reservation):
+    """The compensation of reserve_stock: give the items back."""
+    order_id = int(reservation["reservation"].removeprefix("RES-"))
+    Order.objects.filter(pk=order_id).update(status="cancelled")
+
+
+def take_payment(order, reference):
+    """An atomic step: the Payment row commits with the step's checkpoint, or neither does."""
+    time.sleep(0.4)  # pretend to talk to the payment provider
+    if order["card"] == "declined":
+        raise durable.NonRetryableError("The card was declined.")
+    payment = Payment.objects.create(order_id=order["id"], amount=order["total"], reference=reference)
+    Order.objects.filter(pk=order["id"]).update(status="paid")
+    return {"payment_id": payment.pk, "amount": payment.amount}
+
+
+def refund_payment(payment):
+    """The compensation of take_payment."""
+    Payment.objects.filter(pk=payment["payment_id"]).delete()
+
+
+def dispatch(order):
+    time.sleep(0.4)  # pretend to print a label
+    Order.objects.filter(pk=order["id"]).update(status="shipped")
+    return {"tracking": f"TRACK-{order['id']:05d}"}
+
+
+@durable.workflow("orders.checkout", compensate_on_failure=True)
+def checkout(ctx: durable.Context, order_id: int) -> dict:
+    """Reserve, charge, ship, then a receipt. A failure after the reservation undoes what was done,
+    newest first (a saga): a declined card releases the stock."""
+    order = ctx.step("load", load_order, order_id)
+    ctx.set_progress(0, 4, "Reserving your items")
+    ctx.step("reserve", reserve_stock, order, compensate=release_stock)
+    ctx.set_progress(1, 4, "Taking the payment")
+    payment = ctx.step("charge", take_payment, order, str(ctx.uuid()), atomic=True, compensate=refund_payment)
+    ctx.set_progress(2, 4, "Shipping")
+    shipment = ctx.step("ship", dispatch, order)
+    ctx.set_progress(3, 4, "Sending the receipt")
+    receipt = ctx.child("receipt", "orders.receipt", order_id)
+    ctx.set_progress(4, 4, "Done")
+    return {"order": order_id, "paid": payment["amount"], "tracking": shipment["tracking"], "receipt": receipt}
+
+
+def write_receipt(order):
+    name, price = PRODUCTS.get(order["product"], (order["product"] or "items", order["total"]))
+    return (f"Dear {order['customer']},\n\nthank you for your order {order['id']}: {order['quantity']} x {name}, "
+            f"{order['total']} paid.\n")
+
+
+def enqueue_email(order, body):
+    """Hand the e-mail to a django.tasks task (one more durable run, retried on its own)."""
+    result = send_email.enqueue(order["id"], f"{order['customer'].lower()}@example.com",
+                                f"Your receipt for order {order['id']}", body)
+    return {"task": str(result.id)}
+
+
+@durable.workflow("orders.receipt")
+def receipt(ctx: durable.Context, order_id: int) -> dict:
+    """A child of orders.checkout: its own run, journal and retries."""
+    order = ctx.step("load", load_order, order_id)
+    body = ctx.step("write", write_receipt, order)
+    return ctx.step("send", enqueue_email, order, body)
+
+
+# -- product images: a fan-out ---------------------------------------------------------------------
+
+
+def render_image(job):
+    """Pretend to resize one product photo."""
+    time.sleep(0.3)
+    return {"sku": job["sku"], "size": job["size"], "file": f"{job['sku']}-{job['size']}.webp"}
+
+
+@durable.workflow("catalog.render_images")
+def render_images(ctx: durable.Context, sizes: list[int]) -> dict:
+    """One branch per product and size, run by any worker in parallel; the run waits for all."""
+    jobs = [{"sku": sku, "size": size} for sku in sorted(PRODUCTS) for size in sizes]
+    files = ctx.map("render", render_image, jobs)
+    return {"rendered": len(files), "files": [f["file"] for f in files]}
 
 
 
