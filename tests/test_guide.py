@@ -1,4 +1,4 @@
-"""The guide's examples run: each block marked ``<!-- example: NAME -->`` in docs/guide.md is executed
+"""The guides' examples run: each block marked ``<!-- example: NAME -->`` in docs/guides/ is executed
 as written, with the helper functions it calls defined here, and what the guide says of it is checked."""
 
 import datetime as dt
@@ -17,19 +17,19 @@ from tests.testapp import ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
+GUIDES = Path(__file__).resolve().parent.parent / "docs" / "guides"
 _BLOCK = re.compile(r"<!-- example: (\S+)[^>]*-->\n```python\n(.*?)\n```", re.S)
 
 
 def examples() -> dict[str, str]:
-    return {name: code for name, code in _BLOCK.findall(GUIDE.read_text())}
+    return {name: code for page in sorted(GUIDES.glob("*.md")) for name, code in _BLOCK.findall(page.read_text())}
 
 
 def run_example(name: str, **helpers) -> dict:
     """Execute the guide's example `name` in a namespace with `helpers`; return the namespace."""
     code = examples()[name]
     namespace = {"__name__": "shop.guide", "durable": durable, "dt": dt, **helpers}
-    exec(compile(code, f"docs/guide.md <example {name}>", "exec"), namespace)  # noqa: S102 - our own docs
+    exec(compile(code, f"docs/guides <example {name}>", "exec"), namespace)  # noqa: S102 - our own docs
     return namespace
 
 
@@ -213,9 +213,9 @@ def test_an_async_workflow_with_an_async_step():
     code = examples()["async"]
     definitions, usage = code.split("\nrun = await", 1)
     namespace = {"__name__": "shop.guide", "durable": durable, "asyncio": asyncio, "Decimal": Decimal}
-    exec(compile(definitions, "docs/guide.md <example async>", "exec"), namespace)  # noqa: S102
+    exec(compile(definitions, "docs/guides <example async>", "exec"), namespace)  # noqa: S102
     body = "async def main():\n" + textwrap.indent("run = await" + usage + "\nreturn result", "    ")
-    exec(compile(body, "docs/guide.md <example async>", "exec"), namespace)  # noqa: S102
+    exec(compile(body, "docs/guides <example async>", "exec"), namespace)  # noqa: S102
 
     async def main():
         try:

@@ -1,0 +1,33 @@
+"""Every example the documentation marks as runnable is run by a test: the marked blocks of each
+page are those its runner expects, so a new marked block without a test fails here."""
+
+import re
+
+from tests.conftest import ROOT
+
+MARKER = re.compile(r"<!-- (example: (\S+)|runnable(: background)?)[^>]*-->")
+
+# page -> (its runner, the names of its examples, or the number of its runnable blocks)
+RUNNERS = {
+    "guides": ("tests/test_guide.py", {"input", "switch", "notes", "describe", "patched", "since", "approval",
+                                         "subject", "view", "async"}),
+    "telemetry.md": ("tests/test_telemetry.py", {"logging"}),
+    "getting-started.md": ("tests/test_getting_started.py", 6),
+}
+
+
+def test_every_marked_example_in_the_docs_has_the_test_that_runs_it():
+    found = {}
+    for page in sorted((ROOT / "docs").glob("**/*.md")):
+        markers = MARKER.findall(page.read_text())
+        if markers:
+            names = {name for _, name, _ in markers if name}
+            key = page.parent.name if page.parent.name == "guides" else page.name
+            if names and key in found:
+                found[key] |= names
+            else:
+                found[key] = names or len(markers)
+    assert found == {page: expected for page, (_, expected) in RUNNERS.items()}
+    for runner, _ in RUNNERS.values():
+        assert (ROOT / runner).exists(), runner
+    assert "example: logging" in (ROOT / "tests" / "test_telemetry.py").read_text()
