@@ -370,6 +370,7 @@ def delete_runs(runs, db: str) -> tuple[int, dict]:
         instances = collector.data.pop(Step, set())
         for query in entries:
             query.filter(run_created_at=EPOCH)._raw_delete(db)
-        if instances:
-            Step.objects.using(db).filter(pk__in=[s.pk for s in instances if s.run_created_at == EPOCH]).delete()
+        before = [s.run_id for s in instances if s.run_created_at == EPOCH]
+        if before:
+            Step.objects.using(db).filter(run_id__in=before, run_created_at=EPOCH)._raw_delete(db)
         return collector.delete()

@@ -75,7 +75,8 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
                                           result=text, attempts=0, started_at=now, finished_at=now,
                                           **partitioning.entry_fields(pk, db))
         else:
-            Step.objects.using(db).filter(pk=entry.pk).update(
+            # By (run, key), the journal's index: a partitioned journal has none on the id.
+            Step.objects.using(db).filter(run_id=pk, key=key).update(
                 status=Step.Status.COMPLETED, result=text, error=None, finished_at=now, retry_at=None
             )
         Timer.objects.using(db).filter(run_id=pk, step_key=key, status=Timer.Status.PENDING).update(
@@ -130,7 +131,7 @@ def edit_step_result(run_id, key: str, result: Any, *, by: str | None = None) ->
             "key": key, "old": serialization.display_text(entry.result)[:AUDIT_CHARS],
             "new": serialization.display_text(text)[:AUDIT_CHARS],
         })
-        Step.objects.using(db).filter(pk=entry.pk).update(result=text)
+        Step.objects.using(db).filter(run_id=pk, key=key).update(result=text)
         entry.result = text
     return entry
 
