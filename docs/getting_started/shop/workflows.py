@@ -18,6 +18,6 @@ def send_receipt(order_id, payment):
 def checkout(ctx: durable.Context, order_id: int, cents: int) -> dict:
     ctx.step("reserve", reserve, order_id)
     payment = ctx.step("charge", charge, order_id, cents)
-    ctx.sleep("cooling-off", 2)  # durable: no worker is held while the run waits
+    ctx.sleep("cooling-off", 10)  # durable: no worker is held while the run waits
     receipt = ctx.step("receipt", send_receipt, order_id, payment)
     return {"order": order_id, "receipt": receipt}
