@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from django.db import connections, transaction
 from django.db.migrations.operations.base import Operation
 
-from . import conf
+from . import clock, conf
 from .models import EPOCH
 
 TABLE = "durable_step"
@@ -131,6 +131,11 @@ def _name(start: dt.datetime) -> str:
 # -- the conversion -------------------------------------------------------------------------------
 
 
+def _check_interval(interval: str) -> None:
+    if interval not in INTERVALS:
+        raise ValueError(f"interval must be one of {', '.join(INTERVALS)}, not {interval!r}.")
+
+
 def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datetime | None = None) -> Layout:
     """Partition the plain journal on `db` (see PartitionJournal); return its layout.
 
@@ -139,8 +144,7 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
     (right for a small table). The swap itself is one short transaction. `since`, an earlier
     moment the time partitions begin at, is for an empty journal only (a benchmark's history).
     """
-    if interval not in INTERVALS:
-        raise ValueError(f"interval must be one of {', '.join(INTERVALS)}, not {interval!r}.")
+    _check_interval(interval)
     if not isinstance(ahead, int) or ahead < 1:
         raise ValueError(f"ahead must be a whole number of intervals, at least 1, not {ahead!r}.")
     connection = connections[db]
@@ -225,8 +229,7 @@ class PartitionJournal(Operation):
     reduces_to_sql = False
 
     def __init__(self, interval: str = "month", ahead: int = 3):
-        if interval not in INTERVALS:
-            raise ValueError(f"interval must be one of {', '.join(INTERVALS)}, not {interval!r}.")
+        _check_interval(interval)
         self.interval, self.ahead = interval, ahead
 
     def deconstruct(self):
@@ -258,7 +261,7 @@ class PartitionJournal(Operation):
 def partitions(db: str | None = None) -> list[Partition]:
     """The journal's partitions, oldest first (none for a plain table)."""
     db = db or conf.get("DATABASE")
-    if _read_layout(db) is None:
+    if layout(db) is None:
         return []
     with connections[db].cursor() as cursor:
         cursor.execute("SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples::bigint "
@@ -280,15 +283,12 @@ def _moment(text: str) -> dt.datetime:
 def ensure_ahead(db: str | None = None, ahead: int = 3) -> list[str]:
     """Make the partitions of the current interval and the `ahead` next; return the names of those made."""
     db = db or conf.get("DATABASE")
-    shape = _read_layout(db)
+    shape = layout(db)
     if shape is None:
         return []
     existing = partitions(db)
     last = existing[-1].end if existing else shape.since
-    with connections[db].cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        now = cursor.fetchone()[0].astimezone(dt.timezone.utc)
-    horizon = _floor(now, shape.interval)
+    horizon = _floor(clock.database_now(db).astimezone(dt.timezone.utc), shape.interval)
     for _ in range(ahead + 1):  # the current interval and `ahead` more
         horizon = _next(horizon, shape.interval)
     made = []
@@ -309,10 +309,7 @@ def droppable(db: str | None = None, margin: dt.timedelta = dt.timedelta(hours=1
     from .models import WorkflowRun
 
     db = db or conf.get("DATABASE")
-    if now is None:
-        with connections[db].cursor() as cursor:
-            cursor.execute("SELECT statement_timestamp()")
-            now = cursor.fetchone()[0].astimezone(dt.timezone.utc)
+    now = now or clock.database_now(db)
     found = []
     for partition in partitions(db):
         if partition.end > now - margin:
@@ -341,7 +338,7 @@ def maintain(db: str | None = None, ahead: int = 3, drop_empty: bool = True, now
     """Make partitions ahead, drop the empty past ones, ANALYZE the parent; what was done. (`now`
     moves the clock droppable() judges by: for tests.)"""
     db = db or conf.get("DATABASE")
-    if _read_layout(db) is None:
+    if layout(db) is None:
         return {"made": [], "dropped": []}
     made = ensure_ahead(db, ahead)
     dropped = []
@@ -355,13 +352,15 @@ def maintain(db: str | None = None, ahead: int = 3, drop_empty: bool = True, now
 
 
 def delete_runs(runs, db: str) -> tuple[int, dict]:
-    """Delete `runs` (a queryset) as QuerySet.delete() does, except their journal entries in time
-    partitions, which the DROP of their partition takes; those from before the conversion go with
-    their run (the old table keeps its foreign key)."""
+    """Delete `runs` (a queryset) as QuerySet.delete() does; where the journal is partitioned, except
+    their entries in time partitions, which the DROP of their partition takes (those from before
+    the conversion go with their run: the old table keeps its foreign key)."""
     from django.db.models.deletion import Collector
 
     from .models import Step
 
+    if layout(db) is None:
+        return runs.delete()
     with transaction.atomic(using=db):
         collector = Collector(using=db, origin=runs)
         collector.collect(runs)

@@ -64,11 +64,8 @@ def delete_batch(cohort: Cohort, batch: int) -> int:
         return 0
     stored = payloads.stored_of(ids)
     # Still finished: a run retried meanwhile is left alone.
-    finished = WorkflowRun.objects.filter(pk__in=ids, status__in=WorkflowRun.TERMINAL)
-    if partitioning.layout() is None:
-        _, by_model = finished.delete()
-    else:  # the journal entries go with their partition
-        _, by_model = partitioning.delete_runs(finished, conf.get("DATABASE"))
+    _, by_model = partitioning.delete_runs(WorkflowRun.objects.filter(pk__in=ids, status__in=WorkflowRun.TERMINAL),
+                                           conf.get("DATABASE"))
     if stored:
         kept = set(WorkflowRun.objects.filter(pk__in=ids).values_list("pk", flat=True))
         payloads.delete([name for run_id, name in stored if run_id not in kept])

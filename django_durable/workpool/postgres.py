@@ -115,20 +115,24 @@ def _fill(template: str, **parts) -> str:
     return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **_journal_parts(), **parts)
 
 
-_PLAIN_JOURNAL = {"upsert": UPSERT, "key_column": "", "key_value": "", "own_partition": "", "group_partition": ""}
+# The parts that differ where the journal is partitioned (partitioning.py), by layout: made once.
+_journal_parts_of: dict = {
+    None: {"upsert": UPSERT, "key_column": "", "key_value": "", "own_partition": "", "group_partition": ""},
+}
 
 
 def _journal_parts() -> dict:
-    """The parts that differ where the journal is partitioned (partitioning.py)."""
     shape = partitioning.layout()
-    if shape is None:
-        return _PLAIN_JOURNAL
-    def key_of(run_id: str) -> str:
-        return f"(SELECT {shape.key_sql('kr')} FROM durable_workflow_run AS kr WHERE kr.id = {run_id})"
+    parts = _journal_parts_of.get(shape)
+    if parts is None:
+        def key_of(run_id: str) -> str:
+            return f"(SELECT {shape.key_sql('kr')} FROM durable_workflow_run AS kr WHERE kr.id = {run_id})"
 
-    return {"upsert": UPSERT_PARTITIONED, "key_column": ', "run_created_at"', "key_value": f", {key_of('v.run_id')}",
+        parts = _journal_parts_of[shape] = {
+            "upsert": UPSERT_PARTITIONED, "key_column": ', "run_created_at"', "key_value": f", {key_of('v.run_id')}",
             "own_partition": f" AND s.run_created_at = {shape.key_sql('r')}",
             "group_partition": f" AND g.run_created_at = {key_of('fence.run_id')}"}
+    return parts
 
 
 class _Ending:

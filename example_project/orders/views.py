@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -53,10 +54,11 @@ def place_order(request):
     except ValueError:
         quantity = 1
     card = "declined" if request.POST.get("card") == "declined" else "ok"
-    order = Order.objects.create(customer=request.POST.get("customer", "").strip()[:100] or request.user.username,
-                                 product=sku, quantity=quantity, card=card,
-                                 total=Decimal(PRODUCTS[sku][1]) * quantity)
-    durable.start("orders.checkout", order_id=order.pk, subject=order)
+    with transaction.atomic():
+        order = Order.objects.create(customer=request.POST.get("customer", "").strip()[:100] or request.user.username,
+                                     product=sku, quantity=quantity, card=card,
+                                     total=Decimal(PRODUCTS[sku][1]) * quantity)
+        durable.start("orders.checkout", order_id=order.pk, subject=order)
     return redirect("order", order_id=order.pk)
 
 
