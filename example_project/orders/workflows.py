@@ -17,14 +17,6 @@ def load_order(order_id):
             "quantity": order.quantity, "card": order.card}
 
 
-def charge(order, reference):
-    # Runs in the same transaction as its checkpoint (atomic=True): the Payment row and the
-    # recorded step commit together, so a crash can never charge twice in our database.
-    payment = Payment.objects.create(order_id=order["id"], amount=order["total"], reference=reference)
-    Order.objects.filter(pk=order["id"]).update(status="paid")
-    return {"payment_id": payment.pk, "amount": payment.amount}
-
-
 def pack(order):
     time.sleep(0.5)  # pretend to talk to the warehouse
     return {"parcel": f"PARCEL-{order['id']:05d}"}
@@ -39,7 +31,7 @@ def ship(order, parcel):
 def fulfil(ctx: durable.Context, order_id: int) -> dict:
     order = ctx.step("load", load_order, order_id)
     reference = str(ctx.uuid())
-    payment = ctx.step("charge", charge, order, reference, atomic=True)
+    payment = ctx.step("charge", take_payment, order, reference, atomic=True)
     parcel = ctx.step("pack", pack, order)
     shipment = ctx.step("ship", ship, order, parcel)
     return {"order": order["id"], "paid": payment["amount"], "tracking": shipment["tracking"]}
@@ -110,7 +102,8 @@ def release_stock(reservation):
 
 
 def take_payment(order, reference):
-    """An atomic step: the Payment row commits with the step's checkpoint, or neither does."""
+    """An atomic step (atomic=True): the Payment row commits with the step's checkpoint, or neither
+    does, so a crash can never charge twice in our database."""
     time.sleep(0.4)  # pretend to talk to the payment provider
     if order["card"] == "declined":
         raise durable.NonRetryableError("The card was declined.")
@@ -148,7 +141,7 @@ def checkout(ctx: durable.Context, order_id: int) -> dict:
 
 
 def write_receipt(order):
-    name, price = PRODUCTS.get(order["product"], (order["product"] or "items", order["total"]))
+    name = PRODUCTS[order["product"]][0] if order["product"] in PRODUCTS else "items"
     return (f"Dear {order['customer']},\n\nthank you for your order {order['id']}: {order['quantity']} x {name}, "
             f"{order['total']} paid.\n")
 
@@ -183,8 +176,6 @@ def render_images(ctx: durable.Context, sizes: list[int]) -> dict:
     jobs = [{"sku": sku, "size": size} for sku in sorted(PRODUCTS) for size in sizes]
     files = ctx.map("render", render_image, jobs)
     return {"rendered": len(files), "files": [f["file"] for f in files]}
-
-
 
 
 def count_orders():
