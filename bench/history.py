@@ -13,6 +13,9 @@ Then, each measured on the same server in the same process:
   history  the same, with the history in place (ANALYZEd)
   pruned   the same after `durable prune` deleted the oldest `--prune-share` of it, and VACUUM
 The dead tuples of the durable tables are printed after the prune and after the VACUUM.
+
+--partitioned puts the journal in monthly partitions (partitioning.py); --partitioned-runs also the
+runs table, as the experiment in bench/runs_partitioned.py lays it out (not a feature).
 """
 
 from __future__ import annotations
@@ -45,10 +48,13 @@ from django.test import Client  # noqa: E402
 import django_durable as durable  # noqa: E402
 from django_durable import partitioning  # noqa: E402
 from django_durable.models import WorkflowRun  # noqa: E402
+from bench import runs_partitioned  # noqa: E402
 from bench.admin_pages import measure  # noqa: E402
 from bench.run import quantile, worker_command, worker_env  # noqa: E402
 
 TABLES = ["durable_workflow_run", "durable_step", "durable_work_item", "durable_workflow_event"]
+# What is reported and vacuumed: the copied tables and, where the runs are partitioned, their keys.
+REPORTED = TABLES + [runs_partitioned.KEYS]
 
 
 def log(message: str) -> None:
@@ -79,11 +85,12 @@ def template(steps: int) -> dict[str, tuple[list[str], list[str]]]:
     return rows, str(run.pk)
 
 
-def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_000) -> float:
+def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_000, keys: bool = False) -> float:
     """COPY `runs` finished runs like the template into the tables (their ids from `first_id` on),
     created and finished over the last `days` (each a minute after it was created); return the
     seconds it took. Each journal entry carries its run's creation time as its partition key where
-    the journal is partitioned, as the engine writes it."""
+    the journal is partitioned, as the engine writes it; with `keys`, the runs' side table of the
+    partitioned-runs experiment is filled (COPY as the replica role fires no trigger)."""
     rows, pk = template(steps)
     finished_column = rows["durable_workflow_run"][0].index("finished_at")
     created_column = rows["durable_workflow_run"][0].index("created_at")
@@ -132,6 +139,8 @@ def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_00
         cursor.execute("SET session_replication_role = DEFAULT")
         for table in TABLES:
             cursor.execute(f"ANALYZE {table}")
+    if keys:
+        runs_partitioned.fill_keys()
     return time.perf_counter() - started
 
 
@@ -178,28 +187,31 @@ def admin(loads: int) -> dict:
         username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
     client = Client()
     client.force_login(user)
+    oldest = WorkflowRun.objects.order_by("created_at").values_list("pk", flat=True).first()
     return {name: measure(client, url, loads)["p50_ms"] for name, url in (
         ("run list", "/admin/django_durable/workflowrun/"),
         ("run list, failed", "/admin/django_durable/workflowrun/?status=failed"),
-        ("overview", "/admin/django_durable/overview/"))}
+        ("overview", "/admin/django_durable/overview/"),
+        ("the oldest run's page", f"/admin/django_durable/workflowrun/{oldest}/change/"))}
 
 
-# A table's name, its partitions counted as the journal's.
-TABLE_OF = "CASE WHEN relname LIKE 'durable\\_step\\_%%' THEN 'durable_step' ELSE relname END"
+# A table's name, its partitions counted as the journal's or the runs'.
+TABLE_OF = ("CASE WHEN relname LIKE 'durable\\_step\\_%%' THEN 'durable_step' "
+            "WHEN relname LIKE 'durable\\_workflow\\_run\\_%%' THEN 'durable_workflow_run' ELSE relname END")
 
 
 def dead() -> dict:
     time.sleep(1.5)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {TABLE_OF} AS t, sum(n_live_tup)::bigint, sum(n_dead_tup)::bigint "
-                       f"FROM pg_stat_user_tables WHERE {TABLE_OF} = ANY(%s) GROUP BY t ORDER BY t", [TABLES])
+                       f"FROM pg_stat_user_tables WHERE {TABLE_OF} = ANY(%s) GROUP BY t ORDER BY t", [REPORTED])
         return {name: (live, dead) for name, live, dead in cursor.fetchall()}
 
 
 def sizes() -> dict:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {TABLE_OF} AS t, sum(pg_total_relation_size(oid))::bigint FROM pg_class "
-                       f"WHERE relkind = 'r' AND {TABLE_OF} = ANY(%s) GROUP BY t", [TABLES])
+                       f"WHERE relkind = 'r' AND {TABLE_OF} = ANY(%s) GROUP BY t", [REPORTED])
         return {name: size for name, size in cursor.fetchall()}
 
 
@@ -224,9 +236,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--partitioned", action="store_true",
                         help="the journal in monthly partitions (partitioning.py); the prune then drops them")
+    parser.add_argument("--partitioned-runs", action="store_true",
+                        help="with --partitioned: the runs table too, as bench/runs_partitioned.py lays it out")
     parser.add_argument("--measure-only", action="store_true",
                         help="only measure the database as it is (another sample after a run)")
     args = parser.parse_args()
+    if args.partitioned_runs and not args.partitioned:
+        parser.error("--partitioned-runs goes with --partitioned")
     if args.measure_only:
         log(f"as it is: {figures(args)}")
         return
@@ -237,14 +253,16 @@ def main() -> None:
         since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=args.days + 2)
         partitioning.convert(connection.alias, "month", since=since)
         log(f"partitioned: {len(partitioning.partitions())} monthly partitions")
+        if args.partitioned_runs:
+            log(f"runs partitioned: {len(runs_partitioned.convert(since))} monthly partitions")
     out = {"args": vars(args) | {"json": str(args.json)}}
     # "Empty" still has a page of runs, so that both lists render as many rows.
-    load(args.base_runs, args.steps, 1)
+    load(args.base_runs, args.steps, 1, keys=args.partitioned_runs)
     log(f"empty: {args.base_runs} runs")
     out["empty"] = figures(args)
     log(f"  {out['empty']}")
     log(f"loading {args.runs:,} runs of {args.steps} steps")
-    out["load_s"] = load(args.runs, args.steps, args.days, first_id=args.base_runs)
+    out["load_s"] = load(args.runs, args.steps, args.days, first_id=args.base_runs, keys=args.partitioned_runs)
     out["sizes"] = sizes()
     log(f"  {out['load_s']:.0f} s; {out['sizes']}")
     out["history"] = figures(args)
@@ -253,13 +271,16 @@ def main() -> None:
     started = time.perf_counter()
     age = int(args.days * (1 - args.prune_share))
     call_command("durable", "prune", "--older-than", f"{age}d", "--batch", "1000", stdout=io.StringIO())
+    if args.partitioned_runs:
+        out["run_partitions_dropped"] = runs_partitioned.drop_empty(dt.datetime.now(dt.timezone.utc))
+        log(f"run partitions dropped: {out['run_partitions_dropped']}")
     out["prune_s"] = time.perf_counter() - started
     out["dead_after_prune"] = dead()
     out["partitions_after_prune"] = len(partitioning.partitions())
     log(f"prune {out['prune_s']:.0f} s; dead {out['dead_after_prune']}; sizes {sizes()}")
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        for table in TABLES:
+        for table in REPORTED if args.partitioned_runs else TABLES:
             cursor.execute(f"VACUUM (ANALYZE) {table}")
     out["vacuum_s"] = time.perf_counter() - started
     out["dead_after_vacuum"] = dead()
