@@ -14,8 +14,8 @@ Then, each measured on the same server in the same process:
   pruned   the same after `durable prune` deleted the oldest `--prune-share` of it, and VACUUM
 The dead tuples of the durable tables are printed after the prune and after the VACUUM.
 
---partitioned puts the journal in monthly partitions (partitioning.py); --partitioned-runs also the
-runs table, as the experiment in bench/runs_partitioned.py lays it out (not a feature).
+--partitioned puts the journal in monthly partitions (PartitionJournal); --partitioned-runs also the
+runs table (PartitionRuns), whose expired months the prune then drops.
 """
 
 from __future__ import annotations
@@ -48,13 +48,10 @@ from django.test import Client  # noqa: E402
 import django_durable as durable  # noqa: E402
 from django_durable import partitioning  # noqa: E402
 from django_durable.models import WorkflowRun  # noqa: E402
-from bench import runs_partitioned  # noqa: E402
 from bench.admin_pages import measure  # noqa: E402
 from bench.run import quantile, worker_command, worker_env  # noqa: E402
 
 TABLES = ["durable_workflow_run", "durable_step", "durable_work_item", "durable_workflow_event"]
-# What is reported and vacuumed: the copied tables and, where the runs are partitioned, their keys.
-REPORTED = TABLES + [runs_partitioned.KEYS]
 
 
 def log(message: str) -> None:
@@ -85,17 +82,19 @@ def template(steps: int) -> dict[str, tuple[list[str], list[str]]]:
     return rows, str(run.pk)
 
 
-def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_000, keys: bool = False) -> float:
-    """COPY `runs` finished runs like the template into the tables (their ids from `first_id` on),
+def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_000) -> float:
+    """COPY `runs` finished runs like the template into the tables (`first_id` numbers their ids),
     created and finished over the last `days` (each a minute after it was created); return the
-    seconds it took. Each journal entry carries its run's creation time as its partition key where
-    the journal is partitioned, as the engine writes it; with `keys`, the runs' side table of the
-    partitioned-runs experiment is filled (COPY as the replica role fires no trigger)."""
+    seconds it took. Each id carries its run's creation time, as a UUIDv7 would; where the runs
+    are partitioned, that time is the run's id_time, and where the journal is, each entry carries
+    its run's creation time as its partition key, as the engine writes them."""
     rows, pk = template(steps)
-    finished_column = rows["durable_workflow_run"][0].index("finished_at")
-    created_column = rows["durable_workflow_run"][0].index("created_at")
+    run_columns = rows["durable_workflow_run"][0]
+    finished_column, created_column = run_columns.index("finished_at"), run_columns.index("created_at")
+    id_time_column = run_columns.index("id_time")
     step_columns = rows["durable_step"][0]
     keyed = partitioning.layout(refresh=True) is not None
+    runs_keyed = partitioning.runs.layout(refresh=True) is not None
     key_column = step_columns.index("run_created_at")
     started = time.perf_counter()
     connection.ensure_connection()
@@ -115,14 +114,17 @@ def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_00
             for first in range(0, runs, chunk):
                 out = []
                 for i in range(first, min(runs, first + chunk)):
-                    # uuid7-shaped, with a "time" near 1970: never one a real run gets.
-                    new = str(uuid.UUID(int=(first_id + i + 1) << 80 | 7 << 76 | 2 << 62))
                     finished = now - span * (runs - i) / runs
-                    created = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(finished - 60))
+                    created_s = int(finished - 60)
+                    created = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(created_s))
+                    # A UUIDv7 of its creation time (to the second), numbered: unique, and in order.
+                    new = str(uuid.UUID(int=(created_s * 1000) << 80 | 7 << 76 | 2 << 62 | first_id + i + 1))
                     if table == "durable_workflow_run":
                         fields = lines[0].replace(pk, new).split("\t")
                         fields[finished_column] = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(finished))
                         fields[created_column] = created
+                        if runs_keyed:
+                            fields[id_time_column] = created
                         out.append("\t".join(fields))
                     elif table == "durable_step" and keyed:
                         for line in lines:
@@ -139,8 +141,6 @@ def load(runs: int, steps: int, days: int, first_id: int = 0, chunk: int = 20_00
         cursor.execute("SET session_replication_role = DEFAULT")
         for table in TABLES:
             cursor.execute(f"ANALYZE {table}")
-    if keys:
-        runs_partitioned.fill_keys()
     return time.perf_counter() - started
 
 
@@ -204,14 +204,14 @@ def dead() -> dict:
     time.sleep(1.5)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {TABLE_OF} AS t, sum(n_live_tup)::bigint, sum(n_dead_tup)::bigint "
-                       f"FROM pg_stat_user_tables WHERE {TABLE_OF} = ANY(%s) GROUP BY t ORDER BY t", [REPORTED])
+                       f"FROM pg_stat_user_tables WHERE {TABLE_OF} = ANY(%s) GROUP BY t ORDER BY t", [TABLES])
         return {name: (live, dead) for name, live, dead in cursor.fetchall()}
 
 
 def sizes() -> dict:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {TABLE_OF} AS t, sum(pg_total_relation_size(oid))::bigint FROM pg_class "
-                       f"WHERE relkind = 'r' AND {TABLE_OF} = ANY(%s) GROUP BY t", [REPORTED])
+                       f"WHERE relkind = 'r' AND {TABLE_OF} = ANY(%s) GROUP BY t", [TABLES])
         return {name: size for name, size in cursor.fetchall()}
 
 
@@ -235,9 +235,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--partitioned", action="store_true",
-                        help="the journal in monthly partitions (partitioning.py); the prune then drops them")
+                        help="the journal in monthly partitions (PartitionJournal); the prune then drops them")
     parser.add_argument("--partitioned-runs", action="store_true",
-                        help="with --partitioned: the runs table too, as bench/runs_partitioned.py lays it out")
+                        help="with --partitioned: the runs table too (PartitionRuns)")
     parser.add_argument("--measure-only", action="store_true",
                         help="only measure the database as it is (another sample after a run)")
     args = parser.parse_args()
@@ -254,15 +254,16 @@ def main() -> None:
         partitioning.convert(connection.alias, "month", since=since)
         log(f"partitioned: {len(partitioning.partitions())} monthly partitions")
         if args.partitioned_runs:
-            log(f"runs partitioned: {len(runs_partitioned.convert(since))} monthly partitions")
+            partitioning.runs.convert(connection.alias, "month", since=since)
+            log(f"runs partitioned: {len(partitioning.runs.partitions())} monthly partitions")
     out = {"args": vars(args) | {"json": str(args.json)}}
     # "Empty" still has a page of runs, so that both lists render as many rows.
-    load(args.base_runs, args.steps, 1, keys=args.partitioned_runs)
+    load(args.base_runs, args.steps, 1)
     log(f"empty: {args.base_runs} runs")
     out["empty"] = figures(args)
     log(f"  {out['empty']}")
     log(f"loading {args.runs:,} runs of {args.steps} steps")
-    out["load_s"] = load(args.runs, args.steps, args.days, first_id=args.base_runs, keys=args.partitioned_runs)
+    out["load_s"] = load(args.runs, args.steps, args.days, first_id=args.base_runs)
     out["sizes"] = sizes()
     log(f"  {out['load_s']:.0f} s; {out['sizes']}")
     out["history"] = figures(args)
@@ -270,17 +271,17 @@ def main() -> None:
     out["dead_before_prune"] = dead()
     started = time.perf_counter()
     age = int(args.days * (1 - args.prune_share))
+    run_partitions = [p.name for p in partitioning.runs.partitions()]
     call_command("durable", "prune", "--older-than", f"{age}d", "--batch", "1000", stdout=io.StringIO())
-    if args.partitioned_runs:
-        out["run_partitions_dropped"] = runs_partitioned.drop_empty(dt.datetime.now(dt.timezone.utc))
-        log(f"run partitions dropped: {out['run_partitions_dropped']}")
     out["prune_s"] = time.perf_counter() - started
+    out["run_partitions_dropped"] = sorted(set(run_partitions) - {p.name for p in partitioning.runs.partitions()})
+    log(f"run partitions dropped: {out['run_partitions_dropped']}")
     out["dead_after_prune"] = dead()
     out["partitions_after_prune"] = len(partitioning.partitions())
     log(f"prune {out['prune_s']:.0f} s; dead {out['dead_after_prune']}; sizes {sizes()}")
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        for table in REPORTED if args.partitioned_runs else TABLES:
+        for table in TABLES:
             cursor.execute(f"VACUUM (ANALYZE) {table}")
     out["vacuum_s"] = time.perf_counter() - started
     out["dead_after_vacuum"] = dead()

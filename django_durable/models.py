@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 import re
-import time
-import uuid
 
 from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
@@ -17,6 +13,7 @@ from django.db.models.functions import Now
 
 from . import clock, conf, serialization
 from .humanize import short_id
+from .ids import EPOCH, uuid7  # noqa: F401 - migration 0001 names models.uuid7
 
 
 class SubjectRelation(GenericForeignKey):
@@ -49,23 +46,28 @@ class DurableManager(models.Manager):
         return self._queryset_class(model=self.model, using=self._db or conf.get("DATABASE"), hints=self._hints)
 
 
-# The journal's partition key for every entry not in a time partition (see Step.run_created_at).
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+class IdTimeField(models.DateTimeField):
+    """WorkflowRun.id_time: filled in from the run's id when the row is inserted (ids.id_time), so
+    that every way of making a run (the ORM, bulk_create, an import) puts it in its partition."""
 
+    def pre_save(self, model_instance, add):
+        if add:
+            from . import partitioning
 
-def uuid7() -> uuid.UUID:
-    """Return a time-ordered UUID (RFC 9562 version 7); new rows land at the end of the index."""
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis & (2**48 - 1)) << 80
-    value |= 0x7 << 76
-    value |= ((rand >> 62) & 0xFFF) << 64
-    value |= 0b10 << 62
-    value |= rand & (2**62 - 1)
-    return uuid.UUID(int=value)
+            value = partitioning.runs.key(model_instance.pk, model_instance._state.db or conf.get("DATABASE"))
+            setattr(model_instance, self.attname, value)
+            return value
+        return super().pre_save(model_instance, add)
 
 
 class WorkflowRunQuerySet(models.QuerySet):
+    def filter(self, *args, **kwargs):
+        """QuerySet.filter(); where runs are partitioned, a lookup by id (pk=, pk__in=) also names
+        the partitions of those ids, so that it reads them and not every one (partitioning/runs.py)."""
+        from .partitioning import runs
+
+        return super().filter(*args, **kwargs, **runs.lookup(self.db, kwargs))
+
     def unfinished(self):
         return self.exclude(status__in=WorkflowRun.TERMINAL)
 
@@ -200,6 +202,12 @@ class WorkflowRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The partition key where runs are partitioned (PostgreSQL, partitioning/runs.py): the time its
+    # id carries (ids.id_time). 1970 otherwise, and for the runs made before they were partitioned.
+    id_time = IdTimeField(
+        db_default=EPOCH, editable=False,
+        help_text="Where runs are partitioned: the time in the run's id (its partition); 1970 otherwise.",
+    )
     # The model row the run is about (start(..., subject=order)): a generic relation, so deleting
     # the row leaves its runs (their `subject` is then None; `subject_label` still names it).
     # No constraint and no cascade: the content types may live on another database than the durable

@@ -24,14 +24,13 @@ from croniter import croniter
 from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
-from . import clock, conf, registry, serialization, workpool
+from . import clock, conf, ids, partitioning, registry, serialization, workpool
 from .exceptions import DurableError
 from .models import Schedule, WorkflowRun
 from .workpool.runs import create_run
 
 logger = logging.getLogger("django_durable.worker")
 
-RUN_NAMESPACE = uuid.UUID("5f0c5a3e-1c7b-4d1e-9a57-6d7572616265")  # scheduled runs' ids: uuid5(this, slug@time)
 SLUG = re.compile(r"^[-a-zA-Z0-9_.:]{1,100}$")
 TIMING_FIELDS = ("cron", "interval", "timezone")
 
@@ -283,19 +282,20 @@ def _insert_runs(rows, db: str) -> None:
     connection = connections[db]
     pg = connection.vendor == "postgresql"
     now = clock.now_sql(connection.vendor)
-    run_fields = [WorkflowRun._meta.get_field(name) for name in
-                  ("id", "workflow", "input", "max_attempts", "queue", "priority", "idempotency_key", "scheduled_at")]
-    casts = ["::uuid", "", "", "", "", "", "", "::timestamptz"] if pg else [""] * 8
+    run_fields = [WorkflowRun._meta.get_field(name) for name in ("id", "workflow", "input", "max_attempts", "queue",
+                                                                 "priority", "idempotency_key", "scheduled_at", "id_time")]
+    casts = ["::uuid", "", "", "", "", "", "", "::timestamptz", "::timestamptz"] if pg else [""] * 9
     run_row = "(" + ", ".join(f"%s{cast}" for cast in casts) + f", 'pending', '', 1, {now}, {now})"
     item_row = f"(%s{'::uuid' if pg else ''}, 'advance', '', '', '', %s, %s, 'pending', {now}, 0, false, '', '', {now})"
     run_params, item_params = [], []
     for row in rows:
+        row = (*row, partitioning.runs.key(row[0], db))  # its partition, where runs are partitioned
         run_params.extend(f.get_db_prep_value(v, connection) for f, v in zip(run_fields, row))
         item_params.extend((run_fields[0].get_db_prep_value(row[0], connection), row[4], row[5]))
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO durable_workflow_run (id, workflow, input, max_attempts, queue, priority, idempotency_key, "
-            "scheduled_at, status, waiting_on, attempt, created_at, updated_at) "
+            "scheduled_at, id_time, status, waiting_on, attempt, created_at, updated_at) "
             f"VALUES {', '.join([run_row] * len(rows))} ON CONFLICT DO NOTHING",
             run_params,
         )
@@ -404,7 +404,7 @@ def _next_cron(cron: str, timezone: str, after: dt.datetime, previous: dt.dateti
 
 
 def _run_id(schedule: Schedule, fire_time: dt.datetime) -> uuid.UUID:
-    return uuid.uuid5(RUN_NAMESPACE, f"{schedule.slug}@{fire_time.astimezone(dt.timezone.utc).isoformat()}")
+    return ids.scheduled_id(schedule.slug, fire_time)
 
 
 def _unfinished(run: WorkflowRun | None) -> bool:

@@ -80,10 +80,11 @@ class Worker:
             logger.warning("Could not sync the declared schedules (%s); the next worker start will.", exc)
             close_connection(self.db)
         try:
+            partitioning.runs.layout(self.db, refresh=True)
             if partitioning.layout(self.db, refresh=True) is not None:
-                partitioning.ensure_ahead(self.db)  # idempotent too; the daily durable.prune also makes them
+                partitioning.make_ahead(self.db)  # idempotent too; the daily durable.prune also makes them
         except DB_ERRORS as exc:
-            logger.warning("Could not make the journal's partitions ahead (%s).", exc)
+            logger.warning("Could not make the journal's and the runs' partitions ahead (%s).", exc)
             close_connection(self.db)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff = Backoff()

@@ -114,3 +114,12 @@ if os.environ.get("DURABLE_TEST_CLOCK_SKEW"):
     from tests.skew import install as _skew
 
     _skew(os.environ["DURABLE_TEST_CLOCK_SKEW"])
+
+if os.environ.get("DURABLE_TEST_OFFLOAD_DIR"):
+    # Payloads over 4 KB stored apart, in worker processes too (tests/partitioned_runs.py).
+    from django.conf import global_settings as _defaults
+
+    DURABLE_PAYLOAD_OFFLOAD_BYTES = 4096
+    STORAGES = {**_defaults.STORAGES, "durable": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": os.environ["DURABLE_TEST_OFFLOAD_DIR"], "base_url": "/durable-payloads/"}}}

@@ -1,8 +1,11 @@
 """Parallel branches, child workflows and compensation, in-process."""
 
+import datetime as dt
+
 import pytest
 
 import django_durable as durable
+from django_durable import ids
 from django_durable.models import Step, WorkflowRun, WorkItem
 from django_durable.testing import clock, drain
 from tests.conftest import ledger_counts
@@ -146,9 +149,11 @@ def test_child_results_failures_and_handles():
     assert sorted(children.values_list("workflow", "status")) == [
         ("tests.child_adder", "completed"), ("tests.child_adder", "completed"), ("tests.child_breaker", "failed")
     ]
-    import uuid
+    from django_durable import ids
 
-    assert {c.pk for c in children} == {uuid.uuid5(run.pk, key) for key in ("sum", "later", "broken")}
+    assert {c.pk for c in children} == {ids.child_id(run.pk, key) for key in ("sum", "later", "broken")}
+    # Each child's id carries its parent's time: where runs are partitioned, a family shares one.
+    assert {ids.millis(c.pk) for c in children} == {ids.millis(run.pk)}
 
 
 def test_a_replay_never_starts_a_child_twice():
@@ -161,6 +166,30 @@ def test_a_replay_never_starts_a_child_twice():
     drain()
     assert set(WorkflowRun.objects.filter(parent=run).values_list("pk", flat=True)) == child_ids
     assert run_of(run).get_result()["later"] == 30
+
+
+def _parent_made_at(moment):
+    """A run of tests.parent whose id carries `moment` (as one made then would)."""
+    from django_durable import registry
+    from django_durable.workpool.runs import create_run
+
+    millis = int((moment - ids.EPOCH).total_seconds() * 1000)
+    return create_run(registry.get("tests.parent"), [], {}, run_id=ids._with_time(millis, 7, 12345))
+
+
+def test_a_parent_from_before_the_new_ids_keeps_the_child_it_started_under_its_old_id():
+    # A build before 2026-11-25 started the child "later" as uuid5(parent, key), then crashed
+    # before recording it: the replay under the new code finds that child and starts no other.
+    from django_durable import registry
+    from django_durable.workpool.runs import create_run
+
+    parent = _parent_made_at(ids.LEGACY_CHILDREN_BEFORE - dt.timedelta(days=3))
+    old = create_run(registry.get("tests.child_adder"), [10, 20], {}, run_id=ids.legacy_child_id(parent.pk, "later"),
+                     parent_id=parent.pk)
+    drain()
+    children = dict(WorkflowRun.objects.filter(parent=parent).values_list("pk", "workflow"))
+    assert old.pk in children and ids.child_id(parent.pk, "later") not in children, children
+    assert len(children) == 3 and run_of(parent).get_result()["later"] == 30
 
 
 def test_a_workflow_may_start_itself_recursively():
@@ -269,9 +298,7 @@ def children_of(run):
 
 
 def durable_child_id(run, key):
-    import uuid
-
-    return uuid.uuid5(run.pk, key)
+    return ids.child_id(run.pk, key)
 
 
 def test_a_failed_parent_cancels_its_unfinished_children_recursively_but_not_detached_ones():

@@ -20,10 +20,8 @@ from django_durable import partitioning
 from tests.conftest import ROOT
 
 
-@pytest.mark.slow
-@pytest.mark.postgres
-@pytest.mark.timeout(300)
-def test_a_partitioned_journal_through_conversion_workers_prune_and_drop(tmp_path):
+def _in_own_database(module: str, tmp_path, **env) -> subprocess.CompletedProcess:
+    """Run `module` in a process of its own, on a PostgreSQL database made for it and dropped after."""
     import psycopg
 
     server = os.environ["DURABLE_TEST_DATABASE_URL"]
@@ -32,15 +30,34 @@ def test_a_partitioned_journal_through_conversion_workers_prune_and_drop(tmp_pat
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DURABLE_TEST_DB_NAME": name,
-               "DURABLE_TEST_LEDGER": str(tmp_path / "ledger")}
-        done = subprocess.run([sys.executable, "-m", "tests.partitioned"], cwd=ROOT, env=env, capture_output=True,
+               "DURABLE_TEST_LEDGER": str(tmp_path / "ledger"), **env}
+        return subprocess.run([sys.executable, "-m", module], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=240)
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+def test_a_partitioned_journal_through_conversion_workers_prune_and_drop(tmp_path):
+    done = _in_own_database("tests.partitioned", tmp_path)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     held = [line for line in done.stdout.splitlines() if line.startswith("ok: ")]
     assert len(held) == 7, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+def test_partitioned_runs_through_conversion_workers_keys_claims_and_a_dropped_month(tmp_path):
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    done = _in_own_database("tests.partitioned_runs", tmp_path, DURABLE_TEST_OFFLOAD_DIR=str(stored))
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    held = [line for line in done.stdout.splitlines() if line.startswith("ok: ")]
+    assert len(held) == 12, done.stdout
 
 
 @pytest.mark.django_db
@@ -60,5 +77,24 @@ def test_the_operation_does_nothing_off_postgresql_and_refuses_a_bad_interval():
     if connection.vendor != "postgresql":
         operation.database_forwards("app", SimpleNamespace(connection=connection), None, None)
         assert partitioning.layout(refresh=True) is None
+    with pytest.raises(NotImplementedError, match="not turned back"):
+        operation.database_backwards("app", None, None, None)
+
+
+@pytest.mark.django_db
+def test_partitioning_the_runs_does_nothing_off_postgresql_and_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="interval must be one of day, week, month"):
+        partitioning.PartitionRuns(interval="quarter")
+    with pytest.raises(ValueError, match="ahead must be a whole number of intervals, at least 1"):
+        partitioning.PartitionRuns(ahead=0)
+    operation = partitioning.PartitionRuns(interval="week", ahead=2)
+    assert operation.deconstruct() == ("PartitionRuns", [], {"interval": "week", "ahead": 2})
+    assert (operation.describe(), operation.migration_name_fragment) == ("Partition the durable runs by week",
+                                                                         "partition_runs")
+    if connection.vendor != "postgresql":
+        operation.database_forwards("app", SimpleNamespace(connection=connection), None, None)
+        assert partitioning.runs.layout(refresh=True) is None
+        with pytest.raises(NotImplementedError, match="Only a runs table on PostgreSQL"):
+            partitioning.runs.convert(connection.alias)
     with pytest.raises(NotImplementedError, match="not turned back"):
         operation.database_backwards("app", None, None, None)

@@ -24,7 +24,24 @@ from django_durable.workpool import postgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
-GOLDEN = Path(__file__).parent / "golden" / "postgres_statements.sql"
+GOLDENS = {"plain": Path(__file__).parent / "golden" / "postgres_statements.sql",
+           # The journal and the runs table in time partitions (partitioning/): each lookup of a
+           # run or its entries names its partition.
+           "partitioned": Path(__file__).parent / "golden" / "postgres_statements_partitioned.sql"}
+
+
+@pytest.fixture(params=sorted(GOLDENS))
+def layout(request):
+    """The tables as plain ones, or as partitioned ones (their layouts as a converted database's)."""
+    from django_durable import partitioning
+
+    if request.param == "partitioned":
+        since = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+        partitioning.journal._layouts["default"] = partitioning.journal.Layout(since, "month")
+        partitioning.runs._layouts["default"] = partitioning.runs.Layout(since, "month")
+    yield request.param
+    partitioning.journal._layouts.pop("default", None)
+    partitioning.runs._layouts.pop("default", None)
 
 
 class _Claim:
@@ -96,8 +113,9 @@ def _limited(call):
         call()
 
 
-def _render(statements) -> str:
-    parts = ["-- The workpool's PostgreSQL statements, assembled from workpool/queries.py.",
+def _render(statements, layout: str) -> str:
+    parts = ["-- The workpool's PostgreSQL statements, assembled from workpool/queries.py"
+             + (", where the journal and the runs are partitioned." if layout == "partitioned" else "."),
              "-- Written by tests/test_statements.py; review a diff here like code.", ""]
     for name, sql, count in statements:
         body = "\n".join(line.rstrip() for line in sql.strip("\n").splitlines())
@@ -105,20 +123,20 @@ def _render(statements) -> str:
     return "\n".join(parts)
 
 
-def test_the_statements_are_the_reviewed_ones():
-    rendered = _render(_statements())
+def test_the_statements_are_the_reviewed_ones(layout):
+    rendered, golden = _render(_statements(), layout), GOLDENS[layout]
     if os.environ.get("DURABLE_UPDATE_GOLDEN"):
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(rendered)
-    expected = GOLDEN.read_text() if GOLDEN.exists() else ""
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(rendered)
+    expected = golden.read_text() if golden.exists() else ""
     if rendered != expected:
         diff = "".join(difflib.unified_diff(expected.splitlines(True), rendered.splitlines(True),
-                                            str(GOLDEN), "assembled now"))
+                                            str(golden), "assembled now"))
         pytest.fail("A hot-path statement changed. If on purpose, run with DURABLE_UPDATE_GOLDEN=1 and "
-                    f"review the diff of {GOLDEN.name}:\n{diff}")
+                    f"review the diff of {golden.name}:\n{diff}")
 
 
-def test_every_parameter_has_a_placeholder():
+def test_every_parameter_has_a_placeholder(layout):
     for name, sql, count in _statements():
         assert sql.count("%s") == count, name
 

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 import django_durable as durable
-from django_durable import signals
+from django_durable import ids, signals
 from django_durable.models import SignalMessage, Step, Timer, WorkflowRun, WorkItem
 from django_durable.testing import clock, drain
 from tests.conftest import ledger_counts
@@ -160,7 +160,7 @@ def test_waits_in_a_fan_out_of_children_each_follow_their_own_order_of_arrival()
     with clock() as test_clock:
         run = durable.start("tests.fan_out_waits", 3, 60)
         drain()
-        children = [WorkflowRun.objects.get(parent_id=run.pk, pk=__import__("uuid").uuid5(run.pk, f"w{i}"))
+        children = [WorkflowRun.objects.get(parent_id=run.pk, pk=ids.child_id(run.pk, f"w{i}"))
                     for i in range(3)]
         durable.signal(children[0].pk, "approved", "first")
         test_clock.advance(seconds=61)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry, serialization, telemetry
+from .. import ids, registry, serialization, telemetry
 from ..journal import fingerprint
 from ..exceptions import ChildFailed, StepFailed
 from ..interrupts import CompensationFailed, Suspend
@@ -211,15 +211,16 @@ class Composition:
         """
         self._claim_key(key)
         definition = registry.get(workflow)
-        child_id = uuid.uuid5(self.run_id, key)
         entry = self._journal.get(key)
         self._prints[key] = call = fingerprint(definition.name, None, args, kwargs)
         if entry is not None:
             self._check_same(key, entry, "child", definition.name)
             self._check_call(key, entry, call, f"child workflow {definition.name}", None, args, kwargs)
+            child_id = _recorded_child(entry) or ids.child_id(self.run_id, key)
         else:
             self._session.before_step(key)  # earlier checkpoints first: the child is an effect
-            self._session.start_child(child_id, definition, args, kwargs, detached=detached)
+            child_id = self._session.start_child(ids.child_id(self.run_id, key), definition, args, kwargs,
+                                                 detached=detached, legacy_id=ids.legacy_child_of(self.run_id, key))
             self._record(key, definition.name, "waiting", serialization.encode(str(child_id)), None,
                          self._session.now(), 1, kind="child")
         return ChildHandle(self, key, child_id)
@@ -270,6 +271,13 @@ class Composition:
                 self._compensations.pop()
         finally:
             self._session.rolling_back = False
+
+
+def _recorded_child(entry) -> uuid.UUID | None:
+    """The id a child's journal entry holds while it waits for the child (its result, after)."""
+    if entry.status in ("completed", "failed"):
+        return None
+    return uuid.UUID(serialization.decode(entry.result))
 
 
 def _importable_name(obj) -> str:

@@ -61,13 +61,18 @@ class Session:
         self.event_waits: dict[str, tuple] = {}  # event waits this advance began: key -> (name, match, since)
         self._children = {str(c.id): (c.status, c.result, c.error) for c in (claim.run.children if claim.run else [])}
 
-    def start_child(self, child_id, definition, args, kwargs, detached: bool = False) -> None:
-        """Create the child run (idempotent: its id is derived from this run and the key)."""
+    def start_child(self, child_id, definition, args, kwargs, detached: bool = False, legacy_id=None):
+        """Create the child run (idempotent: its id is derived from this run and the key); return
+        its id, `legacy_id` if this run started the child under that id before (ids.legacy_child_of)."""
         try:
+            if legacy_id is not None and WorkflowRun.objects.using(self.db).filter(
+                    pk=legacy_id, parent_id=self.claim.run_id).exists():
+                return legacy_id
             create_run(definition, list(args), kwargs, run_id=child_id, parent_id=self.claim.run_id,
                        detached=detached)
         except DatabaseError as exc:
             raise DatabaseUnavailable(str(exc)) from exc
+        return child_id
 
     def finished_child(self, child_id) -> tuple | None:
         """(status, result, error) of a child that had finished when this run was claimed, or None."""

@@ -12,7 +12,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, conf, registry, serialization, workpool
+from .. import clock, conf, ids, registry, serialization, workpool
 from ..workpool import cancelling, evidence
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
@@ -151,10 +151,12 @@ def restart(run: WorkflowRun, db: str) -> None:
     evidence.keep(run.pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at,
                   worker=run.last_worker, db=db)
     now = clock.db_now()
+    # Under either id a child may have (ids.child_id, or the UUIDv5 of builds before 2026-11-25).
     unfinished_children = [
-        uuid.uuid5(run.pk, key)
+        child
         for key in Step.objects.using(db).filter(run_id=run.pk, kind=Step.Kind.CHILD)
         .exclude(status=Step.Status.COMPLETED).values_list("key", flat=True)
+        for child in (ids.child_id(run.pk, key), ids.legacy_child_id(run.pk, key))
     ]
     # What did not complete runs again; a parallel group is made again, and its branches that
     # completed are counted off without running (see run_branch).

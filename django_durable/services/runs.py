@@ -15,7 +15,7 @@ from django.utils import timezone
 from .. import clock, conf, registry, serialization
 from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
 from ..models import WorkflowEvent, WorkflowRun
-from ..workpool import queries
+from ..workpool import postgres, queries
 from ..workpool import runs as _runs
 from ..workpool.runs import create_run, subject_key
 
@@ -244,7 +244,7 @@ class _Listening:
         if self.marked:
             return _state(self.pk, self.db)
         with connections[self.db].cursor() as cursor:
-            cursor.execute(queries.AWAIT, [self.pk])
+            cursor.execute(queries.AWAIT.format(**postgres.run_parts()), [self.pk, *postgres.given_run(self.pk)])
             row = cursor.fetchone()
         if row is None:
             raise WorkflowNotFound(f"No workflow run has the id {self.pk}.")

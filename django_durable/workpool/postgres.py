@@ -112,23 +112,54 @@ def execute(db: str, sql: str, params):
 
 def _fill(template: str, **parts) -> str:
     """A template of queries.py with its parts in braces filled in."""
-    return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **_journal_parts(), **parts)
+    return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **_journal_parts(), **run_parts(),
+                           **parts)
+
+
+def _of(alias: str, source: str) -> str:
+    """The condition that names the partition of run `alias` looked up by the id `source`."""
+    return f" AND {alias}.id_time = durable_run_id_time({source})"
+
+
+# The parts that differ where the runs table is partitioned (partitioning/runs.py), by layout.
+_run_parts_of: dict = {
+    False: {"run_partition": "", "claimed_partition": "", "children_partition": "", "fence_partition": "",
+            "given_partition": "", "id_time_column": "", "id_time_value": ""},
+    True: {"run_partition": _of("r", "claimed.run_id"), "claimed_partition": _of("r", "c.run_id"),
+           # A child's id carries its parent's time: a run's children are in its own partition.
+           "children_partition": _of("k", "c.run_id"), "fence_partition": _of("r", "fence.run_id"),
+           "given_partition": " AND id_time = durable_run_id_time(%s)", "id_time_column": ", id_time",
+           "id_time_value": ", %s"},
+}
+
+
+def run_parts() -> dict:
+    return _run_parts_of[partitioning.runs.layout() is not None]
+
+
+def given_run(run_id) -> list:
+    """The parameters a statement with {given_partition} takes for it: the run id, once more where
+    the runs table is partitioned."""
+    return [run_id] if partitioning.runs.layout() is not None else []
 
 
 # The parts that differ where the journal is partitioned (partitioning.py), by layout: made once.
-_journal_parts_of: dict = {
-    None: {"upsert": UPSERT, "key_column": "", "key_value": "", "own_partition": "", "group_partition": ""},
-}
+_journal_parts_of: dict = {}
+_PLAIN_JOURNAL = {"upsert": UPSERT, "key_column": "", "key_value": "", "own_partition": "", "group_partition": ""}
 
 
 def _journal_parts() -> dict:
     shape = partitioning.layout()
-    parts = _journal_parts_of.get(shape)
+    if shape is None:
+        return _PLAIN_JOURNAL
+    runs_partitioned = partitioning.runs.layout() is not None
+    parts = _journal_parts_of.get((shape, runs_partitioned))
     if parts is None:
         def key_of(run_id: str) -> str:
-            return f"(SELECT {shape.key_sql('kr')} FROM durable_workflow_run AS kr WHERE kr.id = {run_id})"
+            named = _of("kr", run_id) if runs_partitioned else ""
+            return f"(SELECT {shape.key_sql('kr')} FROM durable_workflow_run AS kr WHERE kr.id = {run_id}{named})"
 
-        parts = _journal_parts_of[shape] = {
+        parts = _journal_parts_of[(shape, runs_partitioned)] = {
             "upsert": UPSERT_PARTITIONED, "key_column": ', "run_created_at"', "key_value": f", {key_of('v.run_id')}",
             "own_partition": f" AND s.run_created_at = {shape.key_sql('r')}",
             "group_partition": f" AND g.run_created_at = {key_of('fence.run_id')}"}
@@ -174,8 +205,8 @@ def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), endi
     limits = tuple(durable_queues.served(queues))
     pick_sql, pick_params = _pick(queues, db, avoid, limits, ending)
     rates = [limit for limit in limits if limit.rate is not None]
-    key = (pick_sql, exclude, bool(rates))
-    if key not in _claim_sql_cache:  # the same few shapes, filled in once each
+    key = (pick_sql, exclude, bool(rates), partitioning.layout(db), partitioning.runs.layout(db))
+    if key not in _claim_sql_cache:  # the same few shapes, filled in once each (per layout of the tables)
         chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
         rated = _fill(queries.CLAIM_RATE) if rates else ""
         if len(_claim_sql_cache) > 64:
@@ -273,7 +304,8 @@ def record_steps(claim, records) -> tuple[int, bool]:
     rows, params = _values(claim, records)
     consumed_sql, consumed_params = _consumed(records)
     sql = _fill(queries.RECORD_STEPS, consumed=consumed_sql, columns=_COLUMN_NAMES, rows=rows)
-    row = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *params, claim.run_id])[0]
+    row = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *params, claim.run_id,
+                                  *given_run(claim.run_id)])[0]
     return row[0], bool(row[1])
 
 

@@ -16,6 +16,12 @@ The parts in braces:
                  with each entry, and the condition that looks a run's entries up in its own
                  partition only; empty for a plain journal
   {entry} {message} {child}   the JSON array of a row, in the order of rows.Entry/Message/Child
+  {run_partition} {claimed_partition} {children_partition} {fence_partition} {given_partition}
+                 where the runs table is partitioned (partitioning/runs.py): the condition that
+                 names the partition of the run a statement looks up by its id (the run claimed,
+                 the run of the fence, or the id given as a parameter, which is then given twice),
+                 ``id_time = durable_run_id_time(id)``; empty for a plain table
+  {id_time_column} {id_time_value}   the partition key a new run is written with (the same)
 
 Every statement runs alone in autocommit (or inside an atomic step's transaction), so no row
 lock outlives it. Every write after a claim is fenced: it happens only while the item still
@@ -45,7 +51,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = {now}
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({terminal})
+    WHERE r.id = claimed.run_id{run_partition} AND claimed.kind = 'advance' AND r.status NOT IN ({terminal})
     RETURNING r.id
 ){rated}"""
 
@@ -88,9 +94,9 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
             FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
        (SELECT json_agg({child})
         FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ({terminal})) AS children,
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id{children_partition} AND k.status IN ({terminal})) AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id"""
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id{claimed_partition}"""
 
 CLAIM = "WITH {claim_ctes} {claim_select}"
 
@@ -111,7 +117,7 @@ written AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written),
-       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)
+       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s{given_partition})
     """
 
 # Mark consumed the signals and events the entries take, (id, key) rows, only if the fence held.
@@ -155,7 +161,7 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', {now}, 0, false, '', '', {now}
-    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id,
+    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id{fence_partition},
          (VALUES {rows}) AS b (step_key, grp, function, input)
     RETURNING 1
 )"""
@@ -197,7 +203,7 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = {now}, updated_at = {now}
-    FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ({terminal})
+    FROM fence WHERE r.id = fence.run_id{fence_partition} AND r.status NOT IN ({terminal})
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
@@ -230,7 +236,7 @@ RELEASE = """,
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = {now}
-    FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
+    FROM fence WHERE r.id = fence.run_id{fence_partition} AND r.status = 'running'
     RETURNING 1
 )"""
 RELEASE_OUTCOMES = ("(SELECT count(*) FROM moved)",)
@@ -280,7 +286,7 @@ FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
 START = """
 WITH run AS (
     INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, concurrency_key, detached)
+                                      queue, priority, concurrency_key, detached{id_time_column})
     {runs}
     RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
@@ -295,12 +301,12 @@ item AS (
 SELECT count(*), max(created_at), max(updated_at){notify} FROM run"""
 
 # One run: its id, workflow, input, max_attempts, queue, priority, concurrency key.
-START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false)"
+START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false{id_time_value})"
 
 # Many runs of one workflow: its name, max_attempts, queue, priority and concurrency key, then
 # the runs' ids (an array) and their inputs (one JSON array of the input texts, in the same
 # order), so that however many runs there are, they are seven parameters.
-START_MANY = """SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false
+START_MANY = """SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false{id_time_value}
     FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
                                   WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)"""
 
@@ -313,7 +319,7 @@ START_NOTIFY = ", pg_notify('durable_work', '')"
 # run both update its row, so one sees the other: the run ends announced, or the wait sees it ended.
 DONE_CHANNEL = "durable_done"
 AWAIT = """
-UPDATE durable_workflow_run SET awaited = true WHERE id = %s
+UPDATE durable_workflow_run SET awaited = true WHERE id = %s{given_partition}
 RETURNING status, result, error, queue"""
 
 # The end of runs ended outside a worker's statement (a cancel, a forced failure, the reaper's

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
-from .. import clock, conf, serialization, telemetry
+from .. import clock, conf, partitioning, serialization, telemetry
 from ..databases import refuse_other_transaction
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
@@ -71,7 +71,16 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         else:
             # ON CONFLICT DO NOTHING: of two concurrent starts with one key (or id), the second
             # waits for the first to commit and then inserts nothing; both read back one row.
-            WorkflowRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
+            if run.subject_lock is None:
+                WorkflowRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
+            else:
+                try:
+                    with transaction.atomic(using=db):
+                        WorkflowRun.objects.using(db).bulk_create([run], ignore_conflicts=True)
+                except IntegrityError:
+                    # Partitioned runs keep one_at_a_time in a side table, whose trigger refuses
+                    # the insert (partitioning/runs.py); a plain table's index made it insert nothing.
+                    raise _busy(definition, run, db) from None
             if run_id is not None:
                 existing = WorkflowRun.objects.using(db).get(pk=run_id)
                 if WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).exists():
@@ -130,18 +139,22 @@ def _busy(definition, run: WorkflowRun, db: str) -> SubjectBusy:
 
 def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START)."""
-    _, run.created_at, run.updated_at = _insert(
-        db, queries.START_ONE,
-        [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority, run.concurrency_key],
-        notify=True,
-    )
+    run.id_time = partitioning.runs.key(run.id, db)
+    params = [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority, run.concurrency_key]
+    if partitioning.runs.layout(db) is not None:
+        params.append(run.id_time)
+    _, run.created_at, run.updated_at = _insert(db, queries.START_ONE, params, notify=True)
     run._state.adding, run._state.db = False, db
     return run
 
 
-def _insert(db: str, runs: str, params: list, *, notify: bool) -> tuple:
-    sql = queries.START.format(runs=runs, now=clock.now_sql("postgresql"),
-                               notify=queries.START_NOTIFY if notify and conf.get("LISTEN_NOTIFY") else "")
+def _insert(db: str, runs: str, params: list, *, notify: bool, id_time_value: str | None = None) -> tuple:
+    parts = postgres.run_parts()
+    if id_time_value is not None and parts["id_time_value"]:
+        parts = {**parts, "id_time_value": id_time_value}
+    sql = queries.START.format(runs=runs.format(**parts), now=clock.now_sql("postgresql"),
+                               notify=queries.START_NOTIFY if notify and conf.get("LISTEN_NOTIFY") else "",
+                               **parts)
     return postgres.execute(db, sql, params)[0][:3]
 
 
@@ -182,7 +195,7 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
             if connections[db].vendor == "postgresql":
                 _insert(db, queries.START_MANY, [definition.name, definition.max_attempts, queue_name, priority,
                                                  concurrency_key, ids[batch], json.dumps(inputs[batch])],
-                        notify=first + START_MANY_BATCH >= len(ids))
+                        notify=first + START_MANY_BATCH >= len(ids), id_time_value=", durable_run_id_time(given.id)")
             else:
                 runs = [WorkflowRun(id=run_id, workflow=definition.name, input=text, queue=queue_name,
                                     priority=priority, max_attempts=definition.max_attempts,

@@ -98,8 +98,8 @@ class Command(BaseCommand):
         prune.add_argument("--batch", type=int, default=1000, help="runs deleted per transaction")
         prune.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
 
-        parts = commands.add_parser("partitions", help="the journal's time partitions (PostgreSQL): list them, "
-                                                       "make them ahead, drop the empty past ones")
+        parts = commands.add_parser("partitions", help="the time partitions of the journal and the runs (PostgreSQL): "
+                                                       "list them, make them ahead, drop the journal's empty past ones")
         parts.add_argument("action", nargs="?", default="list", choices=["list", "maintain"])
         parts.add_argument("--ahead", type=int, default=3, help="intervals to have partitions for (default 3)")
         parts.add_argument("--keep", action="store_true", help="with maintain: make and analyze, drop nothing")
@@ -265,13 +265,23 @@ class Command(BaseCommand):
                 self.stdout.write(f"made {name}")
             for name in done["dropped"]:
                 self.stdout.write(f"dropped {name}")
-            self.stdout.write(f"made {len(done['made'])}, dropped {len(done['dropped'])}; analyzed durable_step.")
+            analyzed = "durable_step" + (" and durable_workflow_run" if partitioning.runs.layout() else "")
+            self.stdout.write(f"made {len(done['made'])}, dropped {len(done['dropped'])}; analyzed {analyzed}.")
             return
         empty = {p.name for p in partitioning.droppable()}
-        for p in partitioning.partitions():
+        self._list_partitions(partitioning.partitions(), "entries", empty, "no run left: maintain drops it")
+        if partitioning.runs.layout(refresh=True) is not None:
+            from django_durable import retention
+
+            expired = set(retention.expired_partitions())
+            self._list_partitions(partitioning.runs.partitions(), "runs", expired,
+                                  "all past their retention: the prune drops it")
+
+    def _list_partitions(self, partitions, what: str, marked: set, why: str) -> None:
+        for p in partitions:
             start = "the beginning" if p.start is None else f"{p.start:%Y-%m-%d %H:%M}"
-            self.stdout.write(f"{p.name:32} {start:>16} to {p.end:%Y-%m-%d %H:%M}  ~{p.rows:,} entries"
-                              + ("  (no run left: maintain drops it)" if p.name in empty else ""))
+            self.stdout.write(f"{p.name:40} {start:>16} to {p.end:%Y-%m-%d %H:%M}  ~{p.rows:,} {what}"
+                              + (f"  ({why})" if p.name in marked else ""))
 
     def do_check_replay(self, *, since, workflow, json, **_):
         from django_durable.replaycheck import check_replay

@@ -18,36 +18,27 @@ journal goes with one DROP once none of that month's runs is left.
 - The prune then deletes the runs and leaves their journal entries to the DROP; only the entries of
   runs from before the conversion are deleted with their run, as before.
 
-The runs table itself is not partitioned: its unique rules (an idempotency key, one unfinished run
-per subject) hold across all time, and PostgreSQL keeps a unique index of a partitioned table only
-within each partition. See docs/scaling.md.
+The runs table can be partitioned too, once the journal is (runs.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import re
 from dataclasses import dataclass
 
 from django.db import connections, transaction
-from django.db.migrations.operations.base import Operation
 
-from . import clock, conf
-from .models import EPOCH
+from .. import clock, conf
+from ..ids import EPOCH
+from . import tables
+from .tables import Partition
 
 TABLE = "durable_step"
-INTERVALS = ("day", "week", "month")
-# The lower bound of a partition as PostgreSQL prints it: FROM ('2026-11-01 00:00:00+00') or MINVALUE.
-_BOUND = re.compile(r"FROM \((MINVALUE|'[^']+')\) TO \((MAXVALUE|'[^']+')\)")
 
 
 @dataclass(frozen=True)
-class Layout:
-    """How the journal is partitioned: `since` the conversion, in partitions of one `interval`."""
-
-    since: dt.datetime
-    interval: str
+class Layout(tables.Layout):
+    """How the journal is partitioned; its entries' partition key is their run's creation time."""
 
     def key_sql(self, run: str) -> str:
         """SQL for the partition key of the entries of run `run` (an alias of durable_workflow_run)."""
@@ -58,14 +49,6 @@ class Layout:
         return created_at if created_at >= self.since else EPOCH
 
 
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    start: dt.datetime | None  # None: from the beginning (the table as it was before the conversion)
-    end: dt.datetime
-    rows: int  # the planner's estimate
-
-
 _layouts: dict[str, Layout | None] = {}
 
 
@@ -74,22 +57,9 @@ def layout(db: str | None = None, *, refresh: bool = False) -> Layout | None:
     not PostgreSQL. Read once per process (restart the workers after converting)."""
     db = db or conf.get("DATABASE")
     if refresh or db not in _layouts:
-        _layouts[db] = _read_layout(db)
+        found = tables.read_layout(db, TABLE)
+        _layouts[db] = None if found is None else Layout(*found)
     return _layouts[db]
-
-
-def _read_layout(db: str) -> Layout | None:
-    connection = connections[db]
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT c.relkind, obj_description(c.oid, 'pg_class') FROM pg_class AS c "
-                       "WHERE c.oid = to_regclass(%s)", [TABLE])
-        row = cursor.fetchone()
-    if row is None or row[0] != "p":
-        return None
-    described = json.loads(row[1] or "{}")
-    return Layout(since=dt.datetime.fromisoformat(described["since"]), interval=described["interval"])
 
 
 def entry_fields(run_id, db: str) -> dict:
@@ -98,42 +68,13 @@ def entry_fields(run_id, db: str) -> dict:
     shape = layout(db)
     if shape is None:
         return {}
-    from .models import WorkflowRun
+    from ..models import WorkflowRun
 
     created_at = WorkflowRun.objects.using(db).filter(pk=run_id).values_list("created_at", flat=True).first()
     return {"run_created_at": EPOCH if created_at is None else shape.key(created_at)}
 
 
-# -- intervals ------------------------------------------------------------------------------------
-
-
-def _floor(moment: dt.datetime, interval: str) -> dt.datetime:
-    day = dt.datetime(moment.year, moment.month, moment.day, tzinfo=dt.timezone.utc)
-    if interval == "day":
-        return day
-    if interval == "week":
-        return day - dt.timedelta(days=day.weekday())
-    return day.replace(day=1)
-
-
-def _next(moment: dt.datetime, interval: str) -> dt.datetime:
-    if interval == "day":
-        return moment + dt.timedelta(days=1)
-    if interval == "week":
-        return moment + dt.timedelta(days=7)
-    return (moment + dt.timedelta(days=32)).replace(day=1)
-
-
-def _name(start: dt.datetime) -> str:
-    return f"{TABLE}_p{start:%Y%m%d}"
-
-
 # -- the conversion -------------------------------------------------------------------------------
-
-
-def _check_interval(interval: str) -> None:
-    if interval not in INTERVALS:
-        raise ValueError(f"interval must be one of {', '.join(INTERVALS)}, not {interval!r}.")
 
 
 def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datetime | None = None) -> Layout:
@@ -144,13 +85,12 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
     (right for a small table). The swap itself is one short transaction. `since`, an earlier
     moment the time partitions begin at, is for an empty journal only (a benchmark's history).
     """
-    _check_interval(interval)
-    if not isinstance(ahead, int) or ahead < 1:
-        raise ValueError(f"ahead must be a whole number of intervals, at least 1, not {ahead!r}.")
+    tables.check_interval(interval)
+    tables.check_ahead(ahead)
     connection = connections[db]
     if connection.vendor != "postgresql":
         raise NotImplementedError("Only a journal on PostgreSQL can be partitioned.")
-    current = _read_layout(db)
+    current = layout(db, refresh=True)
     if current is not None:
         return current
     concurrently = "CONCURRENTLY " if not connection.in_atomic_block else ""
@@ -160,13 +100,7 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
         cursor.execute(f"CREATE UNIQUE INDEX {concurrently}IF NOT EXISTS durable_step_run_key_created "
                        f"ON {TABLE} (run_id, key, run_created_at)")
         with transaction.atomic(using=db):
-            if since is None:
-                cursor.execute("SELECT date_trunc('second', statement_timestamp())")
-                since = cursor.fetchone()[0].astimezone(dt.timezone.utc)
-            else:
-                cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {TABLE})")
-                if cursor.fetchone()[0]:
-                    raise ValueError("An earlier `since` is for an empty journal only.")
+            since = tables.conversion_time(cursor, TABLE, since)
             before = f"{TABLE}_before_{since:%Y%m%d}"
             # Every entry there is of a run from before: checked once (a scan, writes go on), and
             # then the attach below needs no scan of its own.
@@ -202,18 +136,15 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
             cursor.execute(f"CREATE TRIGGER refuse_stale_writer BEFORE INSERT ON {before} "
                            "FOR EACH ROW EXECUTE FUNCTION durable_step_refuse_stale_writer()")
             shape = Layout(since=since, interval=interval)
-            cursor.execute(f"COMMENT ON TABLE {TABLE} IS %s",
-                           [json.dumps({"since": since.isoformat(), "interval": interval})])
-            end = _next(_floor(since, interval), interval)
-            cursor.execute(f"CREATE TABLE {_name(since)} PARTITION OF {TABLE} FOR VALUES FROM (%s) TO (%s)", [since, end])
+            tables.describe(cursor, TABLE, since, interval)
+            tables.first_partition(cursor, TABLE, since, interval)
         _layouts[db] = shape
     ensure_ahead(db, ahead)
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {TABLE}")
+    tables.analyze(db, TABLE)
     return shape
 
 
-class PartitionJournal(Operation):
+class PartitionJournal(tables.PartitionOperation):
     """Partition the journal by time on PostgreSQL; nothing elsewhere. In a project's migration:
 
         class Migration(migrations.Migration):
@@ -225,34 +156,8 @@ class PartitionJournal(Operation):
     right after): one started before the conversion is refused its writes of runs created since.
     """
 
-    reversible = False
-    reduces_to_sql = False
-
-    def __init__(self, interval: str = "month", ahead: int = 3):
-        _check_interval(interval)
-        self.interval, self.ahead = interval, ahead
-
-    def deconstruct(self):
-        return self.__class__.__name__, [], {"interval": self.interval, "ahead": self.ahead}
-
-    def state_forwards(self, app_label, state):
-        pass  # the models do not change: the same columns, on a partitioned table
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        connection = schema_editor.connection
-        if connection.vendor != "postgresql" or connection.alias != conf.get("DATABASE"):
-            return
-        convert(connection.alias, self.interval, self.ahead)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        raise NotImplementedError("A partitioned journal is not turned back into a plain table by a migration.")
-
-    def describe(self):
-        return f"Partition the durable journal by {self.interval}"
-
-    @property
-    def migration_name_fragment(self):
-        return "partition_journal"
+    what = "journal"
+    convert = staticmethod(convert)
 
 
 # -- upkeep ---------------------------------------------------------------------------------------
@@ -261,52 +166,21 @@ class PartitionJournal(Operation):
 def partitions(db: str | None = None) -> list[Partition]:
     """The journal's partitions, oldest first (none for a plain table)."""
     db = db or conf.get("DATABASE")
-    if layout(db) is None:
-        return []
-    with connections[db].cursor() as cursor:
-        cursor.execute("SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples::bigint "
-                       "FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
-                       "WHERE i.inhparent = to_regclass(%s)", [TABLE])
-        rows = cursor.fetchall()
-    found = []
-    for name, bound, estimate in rows:
-        start, end = _BOUND.search(bound).groups()
-        found.append(Partition(name, None if start == "MINVALUE" else _moment(start), _moment(end), max(estimate, 0)))
-    return sorted(found, key=lambda p: p.end)
-
-
-def _moment(text: str) -> dt.datetime:
-    moment = dt.datetime.fromisoformat(text.strip("'"))
-    return moment.astimezone(dt.timezone.utc)
+    return tables.partitions(db, TABLE) if layout(db) is not None else []
 
 
 def ensure_ahead(db: str | None = None, ahead: int = 3) -> list[str]:
     """Make the partitions of the current interval and the `ahead` next; return the names of those made."""
     db = db or conf.get("DATABASE")
     shape = layout(db)
-    if shape is None:
-        return []
-    existing = partitions(db)
-    last = existing[-1].end if existing else shape.since
-    horizon = _floor(clock.database_now(db).astimezone(dt.timezone.utc), shape.interval)
-    for _ in range(ahead + 1):  # the current interval and `ahead` more
-        horizon = _next(horizon, shape.interval)
-    made = []
-    while last < horizon:
-        end = _next(_floor(last, shape.interval), shape.interval)
-        with connections[db].cursor() as cursor:
-            cursor.execute(f"CREATE TABLE IF NOT EXISTS {_name(last)} PARTITION OF {TABLE} "
-                           "FOR VALUES FROM (%s) TO (%s)", [last, end])
-        made.append(_name(last))
-        last = end
-    return made
+    return [] if shape is None else tables.ensure_ahead(db, TABLE, shape, ahead)
 
 
 def droppable(db: str | None = None, margin: dt.timedelta = dt.timedelta(hours=1),
               now: dt.datetime | None = None) -> list[Partition]:
     """The partitions past (ended `margin` before now, the database's clock unless given) none of
     whose runs is left."""
-    from .models import WorkflowRun
+    from ..models import WorkflowRun
 
     db = db or conf.get("DATABASE")
     now = now or clock.database_now(db)
@@ -324,31 +198,7 @@ def droppable(db: str | None = None, margin: dt.timedelta = dt.timedelta(hours=1
 
 def drop(partition: Partition, db: str | None = None) -> None:
     """Detach `partition` without blocking the journal (CONCURRENTLY), then drop it."""
-    db = db or conf.get("DATABASE")
-    connection = connections[db]
-    with connection.cursor() as cursor:
-        if connection.in_atomic_block:  # CONCURRENTLY cannot run in a transaction
-            cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {partition.name}")
-        else:
-            cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {partition.name} CONCURRENTLY")
-        cursor.execute(f"DROP TABLE {partition.name}")
-
-
-def maintain(db: str | None = None, ahead: int = 3, drop_empty: bool = True, now: dt.datetime | None = None) -> dict:
-    """Make partitions ahead, drop the empty past ones, ANALYZE the parent; what was done. (`now`
-    moves the clock droppable() judges by: for tests.)"""
-    db = db or conf.get("DATABASE")
-    if layout(db) is None:
-        return {"made": [], "dropped": []}
-    made = ensure_ahead(db, ahead)
-    dropped = []
-    if drop_empty:
-        for partition in droppable(db, now=now):
-            drop(partition, db)
-            dropped.append(partition.name)
-    with connections[db].cursor() as cursor:
-        cursor.execute(f"ANALYZE {TABLE}")
-    return {"made": made, "dropped": dropped}
+    tables.drop(db or conf.get("DATABASE"), TABLE, partition)
 
 
 def delete_runs(runs, db: str) -> tuple[int, dict]:
@@ -357,7 +207,7 @@ def delete_runs(runs, db: str) -> tuple[int, dict]:
     the conversion go with their run: the old table keeps its foreign key)."""
     from django.db.models.deletion import Collector
 
-    from .models import Step
+    from ..models import Step
 
     if layout(db) is None:
         return runs.delete()

@@ -1,0 +1,658 @@
+-- The workpool's PostgreSQL statements, assembled from workpool/queries.py, where the journal and the runs are partitioned.
+-- Written by tests/test_statements.py; review a diff here like code.
+
+-- name: claim (3 parameters)
+WITH
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id);
+
+-- name: claim from some queues, not the items just declined (7 parameters)
+WITH
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND "durable_work_item"."queue" IN (%s, %s) AND NOT ("durable_work_item"."id" IN (%s, %s))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id);
+
+-- name: record a step while it runs (20 parameters)
+WITH fence AS (
+    SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
+),
+written AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed')
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM written),
+       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = durable_run_id_time(%s))
+;
+
+-- name: record a wait that consumes a signal (22 parameters)
+WITH fence AS (
+    SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
+),
+consumed AS (
+    UPDATE durable_signal AS m SET consumed_at = statement_timestamp(), consumed_by = c.key
+    FROM fence, (VALUES (%s::bigint, %s::varchar)) AS c (id, key)
+    WHERE m.id = c.id AND m.consumed_at IS NULL
+    RETURNING 1
+),
+written AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed')
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM written),
+       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = durable_run_id_time(%s))
+;
+
+-- name: finish a run (21 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+),
+done AS (
+    -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
+    UPDATE durable_workflow_run AS r
+    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
+        error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
+        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id, r.status, r.parent_id, r.awaited
+),
+-- Its branches not started yet will never be needed.
+unneeded AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    RETURNING 1
+),
+-- A child's end wakes its parent, which may be waiting for it.
+parent AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    RETURNING 1
+),
+quiet AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
+                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
+
+-- name: finish a run and claim the next item (24 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+),
+done AS (
+    -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
+    UPDATE durable_workflow_run AS r
+    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
+        error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
+        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id, r.status, r.parent_id, r.awaited
+),
+-- Its branches not started yet will never be needed.
+unneeded AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    RETURNING 1
+),
+-- A child's end wakes its parent, which may be waiting for it.
+parent AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    RETURNING 1
+),
+quiet AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
+                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
+FROM (SELECT 1) AS one LEFT JOIN (
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+
+-- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+),
+branches AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error, created_at)
+    SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
+           'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
+    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id),
+         (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
+    RETURNING 1
+),
+timers AS (
+    INSERT INTO durable_timer (kind, run_id, step_key, fire_at, status, created_at)
+    SELECT t.kind, fence.run_id, t.step_key, t.fire_at, 'pending', statement_timestamp()
+    FROM fence, (VALUES (%s::varchar, %s::varchar, %s::timestamptz)) AS t (kind, step_key, fire_at)
+    RETURNING 1
+),
+moved AS (
+    UPDATE durable_workflow_run AS r
+    SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status = 'running'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
+
+-- name: hand a run back to the queue and claim the next item (7 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'pending', available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+moved AS (
+    UPDATE durable_workflow_run AS r
+    SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status = 'running'
+    RETURNING 1
+),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', ''), nxt.*
+FROM (SELECT 1) AS one LEFT JOIN (
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+
+-- name: finish a branch (25 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+),
+grp AS (
+    UPDATE durable_step AS g SET remaining = g.remaining - 1
+    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = durable_run_id_time(fence.run_id))
+    RETURNING g.remaining
+),
+stopped AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+                AND o.status = 'pending'
+    RETURNING 1
+),
+woke AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+      AND (%s OR (SELECT remaining FROM grp) <= 0)
+    RETURNING 1
+),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
+FROM (SELECT 1) AS one LEFT JOIN (
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+
+-- name: finish a failed branch of a fail-fast group (25 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+),
+grp AS (
+    UPDATE durable_step AS g SET remaining = g.remaining - 1
+    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = durable_run_id_time(fence.run_id))
+    RETURNING g.remaining
+),
+stopped AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+                AND o.status = 'pending'
+    RETURNING 1
+),
+woke AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+      AND (%s OR (SELECT remaining FROM grp) <= 0)
+    RETURNING 1
+),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
+FROM (SELECT 1) AS one LEFT JOIN (
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+
+-- name: queue a branch again after its back-off (19 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'pending', available_at = %s, claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence), 0;
+
+-- name: claim from a limited queue (DURABLE_QUEUES), statement 1 of 2 (1 parameters)
+SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
+FROM unnest(%s::text[]) AS turn (queue);
+
+-- name: claim from a limited queue (DURABLE_QUEUES), statement 2 of 2 (13 parameters)
+WITH
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+),
+rated AS (
+    INSERT INTO durable_queue (name, next_claim_at)
+    SELECT claimed.queue, statement_timestamp() + make_interval(secs => r.every)
+    FROM claimed JOIN unnest(%s::varchar[], %s::float8[]) AS r (name, every) ON r.name = claimed.queue
+    ON CONFLICT (name) DO UPDATE SET next_claim_at = EXCLUDED.next_claim_at
+    RETURNING 1
+)
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id);
+
+-- name: finish a run and claim the next item from a limited queue, statement 1 of 2 (1 parameters)
+SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
+FROM unnest(%s::text[]) AS turn (queue);
+
+-- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
+WITH fence AS (
+    UPDATE durable_work_item
+    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    WHERE id = %s AND claim_token = %s
+    RETURNING run_id
+),
+done AS (
+    -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
+    UPDATE durable_workflow_run AS r
+    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
+        error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
+        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id, r.status, r.parent_id, r.awaited
+),
+-- Its branches not started yet will never be needed.
+unneeded AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    RETURNING 1
+),
+-- A child's end wakes its parent, which may be waiting for it.
+parent AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    RETURNING 1
+),
+quiet AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
+                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = %s, claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+),
+rated AS (
+    INSERT INTO durable_queue (name, next_claim_at)
+    SELECT claimed.queue, statement_timestamp() + make_interval(secs => r.every)
+    FROM claimed JOIN unnest(%s::varchar[], %s::float8[]) AS r (name, every) ON r.name = claimed.queue
+    ON CONFLICT (name) DO UPDATE SET next_claim_at = EXCLUDED.next_claim_at
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
+FROM (SELECT 1) AS one LEFT JOIN (
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+
+-- name: start a run (8 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                                      queue, priority, concurrency_key, detached, id_time)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false, %s)
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', statement_timestamp(), 0,
+           false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+
+-- name: start many runs (7 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                                      queue, priority, concurrency_key, detached, id_time)
+    SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false, durable_run_id_time(given.id)
+    FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
+                                  WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', statement_timestamp(), 0,
+           false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
