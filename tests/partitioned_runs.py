@@ -195,23 +195,31 @@ def main() -> None:
     durable.start("tests.ticket_flow", other_ticket.pk, subject=other_ticket)  # another subject is free
     ok("one_at_a_time holds across partitions: refused while the old run waits, free once it ended, held again")
 
-    # 9. The claim reads one partition of runs: the others are never executed.
+    # 9. A claim takes the item alone; its run is read by a statement given the run's partition,
+    #    which PostgreSQL leaves the others out of before it starts: as the worker sends it,
+    #    prepared, with a plan made once.
     pending = durable.start("tests.five_steps")
     ctes, select, params, _ = postgres._claim_parts(worker="explain", queues=None, db=connection.alias,
                                                     token=uuid.uuid4(), lease=30)
+    assert runs_table not in ctes + select, "the claim's statement reads the runs"
+    state = postgres._fill(queries.RUN_STATE, entry=postgres._ENTRY, message=postgres._MESSAGE, child=postgres._CHILD)
+    key = partitioning.runs.key(pending.pk)
+    item, token = WorkItem.objects.get(run=pending, kind="advance"), uuid.uuid4()
     with transaction.atomic(), connection.cursor() as cursor:
-        # With a few dozen runs the planner may rightly hash them all instead of probing an index
-        # per run; with real tables it probes, and that is the plan whose pruning is checked here.
-        cursor.execute("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
-        cursor.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
-                       + queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params)
+        WorkItem.objects.filter(pk=item.pk).update(status="processing", claim_token=token)  # claimed, as by a claim
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("PREPARE run_state AS " + postgres._numbered(state))
+        cursor.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE run_state (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                       [item.pk, token, "explain", pending.pk, "advance", "", key, key, key])
         plan = "\n".join(row[0] for row in cursor.fetchall())
         transaction.set_rollback(True)
-    scans = re.findall(rf"Scan (?:using \S+ )?on ({runs_table}_\w+) \S+ \(([^)]*)\)", plan)
-    read = {name for name, how in scans if how != "never executed"}
-    assert scans and read == {where(pending)}, plan
-    ok(f"the claim's plan reads only its run's partition ({len(scans)} scans of runs' partitions, "
-       f"{len(scans) - len([s for s in scans if s[1] != 'never executed'])} never executed)")
+    scanned = set(re.findall(rf"Scan (?:using \S+ )?on ({runs_table}_\w+)", plan))  # what is read, not the
+    # UPDATE's list of the partitions it may write
+    pruned = plan.count("Subplans Removed")
+    assert scanned == {where(pending)} and pruned == 3 and "Update on" in plan, plan
+    assert "(actual rows=1" in plan.splitlines()[0], plan  # the fence held: the run's row came back
+    ok("a claim's statement takes the item alone; its run's is given the partition and reads only that one "
+       f"(its {pruned} lookups of runs pruned before it starts)")
 
     # 10. Between drops, the nightly prune leaves a time partition's runs to the drop (one interval
     #     more), and deletes those of the partition from before as soon as they are past retention.

@@ -92,6 +92,11 @@ def _statements() -> list[tuple[str, str, int]]:
         ("start a run", lambda: durable.start("tests.three_steps", x=1)),
         ("start many runs", lambda: durable.start_many("tests.three_steps", [{"x": 1}, {"x": 2}])),
     ]
+    from django_durable import partitioning
+
+    if partitioning.runs.layout() is not None:  # a claim's item first, then its run
+        shapes.append(("read the run of the item just claimed", lambda: postgres.run_state(
+            "default", 7, uuid.UUID(int=2), "w", uuid.UUID(int=1), "advance", "")))
     statements = []
     real, postgres.execute = postgres.execute, execute
     try:

@@ -11,32 +11,12 @@ claimed AS (
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
-),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id);
+FROM claimed AS c;
 
 -- name: claim from some queues, not the items just declined (7 parameters)
 WITH
@@ -48,48 +28,28 @@ claimed AS (
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
-),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id);
+FROM claimed AS c;
 
--- name: record a step while it runs (20 parameters)
+-- name: record a step while it runs (21 parameters)
 WITH fence AS (
     SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
 ),
 written AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed')
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written),
-       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = durable_run_id_time(%s))
+       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = %s)
 ;
 
--- name: record a wait that consumes a signal (22 parameters)
+-- name: record a wait that consumes a signal (23 parameters)
 WITH fence AS (
     SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
 ),
@@ -101,15 +61,15 @@ consumed AS (
 ),
 written AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed')
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written),
-       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = durable_run_id_time(%s))
+       (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = %s)
 ;
 
--- name: finish a run (21 parameters)
+-- name: finish a run (23 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -120,7 +80,7 @@ WITH fence AS (
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 done AS (
@@ -130,7 +90,7 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
@@ -156,7 +116,7 @@ quiet AS (
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
 
--- name: finish a run and claim the next item (24 parameters)
+-- name: finish a run and claim the next item (26 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -167,7 +127,7 @@ WITH fence AS (
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 done AS (
@@ -177,7 +137,7 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
@@ -209,36 +169,16 @@ claimed AS (
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
-),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+FROM claimed AS c) AS nxt ON true;
 
--- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
+-- name: hand a run back to wait, with a timer and two parallel branches (34 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = statement_timestamp(), claim_token = NULL,
@@ -249,7 +189,7 @@ WITH fence AS (
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 branches AS (
@@ -257,7 +197,7 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
-    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id),
+    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id AND r.id_time = %s,
          (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
     RETURNING 1
 ),
@@ -270,12 +210,12 @@ timers AS (
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status = 'running'
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status = 'running'
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
 
--- name: hand a run back to the queue and claim the next item (7 parameters)
+-- name: hand a run back to the queue and claim the next item (8 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'pending', available_at = statement_timestamp(), claim_token = NULL,
@@ -287,7 +227,7 @@ WITH fence AS (
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status = 'running'
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status = 'running'
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -298,36 +238,16 @@ claimed AS (
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
-),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', ''), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+FROM claimed AS c) AS nxt ON true;
 
--- name: finish a branch (25 parameters)
+-- name: finish a branch (27 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -338,12 +258,12 @@ WITH fence AS (
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = durable_run_id_time(fence.run_id))
+    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
     RETURNING g.remaining
 ),
 stopped AS (
@@ -369,36 +289,16 @@ claimed AS (
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
-),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+FROM claimed AS c) AS nxt ON true;
 
--- name: finish a failed branch of a fail-fast group (25 parameters)
+-- name: finish a failed branch of a fail-fast group (27 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -409,12 +309,12 @@ WITH fence AS (
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = durable_run_id_time(fence.run_id))
+    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
     RETURNING g.remaining
 ),
 stopped AS (
@@ -440,36 +340,16 @@ claimed AS (
         attempts = w.attempts + 1, wake = false
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
-),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+FROM claimed AS c) AS nxt ON true;
 
--- name: queue a branch again after its back-off (19 parameters)
+-- name: queue a branch again after its back-off (20 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'pending', available_at = %s, claim_token = NULL,
@@ -480,7 +360,7 @@ WITH fence AS (
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
-    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = durable_run_id_time(v.run_id)) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.*, (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = v.run_id AND kr.id_time = %s) FROM fence, (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
     ON CONFLICT (run_id, key, run_created_at) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), 0;
@@ -500,15 +380,6 @@ claimed AS (
     FROM picked WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
-),
 rated AS (
     INSERT INTO durable_queue (name, next_claim_at)
     SELECT claimed.queue, statement_timestamp() + make_interval(secs => r.every)
@@ -517,27 +388,16 @@ rated AS (
     RETURNING 1
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id);
+FROM claimed AS c;
 
 -- name: finish a run and claim the next item from a limited queue, statement 1 of 2 (1 parameters)
 SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
 FROM unnest(%s::text[]) AS turn (queue);
 
--- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
+-- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (19 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
@@ -553,7 +413,7 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = durable_run_id_time(fence.run_id) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
@@ -586,15 +446,6 @@ claimed AS (
     FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
-run AS (
-    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-    UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
-    FROM claimed
-    WHERE r.id = claimed.run_id AND r.id_time = durable_run_id_time(claimed.run_id) AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
-),
 rated AS (
     INSERT INTO durable_queue (name, next_claim_at)
     SELECT claimed.queue, statement_timestamp() + make_interval(secs => r.every)
@@ -605,21 +456,10 @@ rated AS (
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
-       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
-       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       ELSE
-           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
-       END AS journal,
-       CASE WHEN c.kind = 'advance' THEN
-           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
-            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
-       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
-        FROM durable_workflow_run AS k
-        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.id_time = durable_run_id_time(c.run_id) AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
        c.function, c.input AS item_input, c.group
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id AND r.id_time = durable_run_id_time(c.run_id)) AS nxt ON true;
+FROM claimed AS c) AS nxt ON true;
 
 -- name: start a run (8 parameters)
 WITH run AS (
@@ -656,3 +496,36 @@ item AS (
     RETURNING 1
 )
 SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+
+-- name: read the run of the item just claimed (9 parameters)
+WITH fence AS (
+    SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
+),
+given AS (
+    SELECT %s::varchar AS worker, %s::uuid AS run_id, %s::varchar AS kind, %s::varchar AS step_key
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = given.worker, last_claimed_at = statement_timestamp()
+    FROM fence, given
+    WHERE r.id = given.run_id AND r.id_time = %s AND given.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN given.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = given.run_id AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s
+            WHERE s.run_id = given.run_id AND s.key = given.step_key AND s.run_created_at = CASE WHEN r.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN r.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END)
+       END AS journal,
+       CASE WHEN given.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = given.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE given.kind = 'advance' AND k.parent_id = given.run_id AND k.id_time = %s AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+       ) AS children
+FROM fence CROSS JOIN given LEFT JOIN durable_workflow_run AS r ON r.id = given.run_id AND r.id_time = %s;
