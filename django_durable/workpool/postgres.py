@@ -3,6 +3,7 @@
 Each statement runs in autocommit mode, so it is its own short transaction: no row lock outlives
 it and no transaction stays open while user code runs. Data-modifying CTEs let one statement
 claim a row, mark its run and read the run's journal, or fence, record and finish together.
+(Where the runs table is partitioned, a claim is two: the item, then its run given its partition.)
 The statements themselves are in queries.py, whole and commented; this module fills them in,
 sends them and names the rows they answer (rows.py).
 """
