@@ -238,6 +238,9 @@ def main() -> None:
                         help="the journal in monthly partitions (PartitionJournal); the prune then drops them")
     parser.add_argument("--partitioned-runs", action="store_true",
                         help="with --partitioned: the runs table too (PartitionRuns)")
+    parser.add_argument("--retention-prune", action="store_true",
+                        help="prune as the nightly durable.prune does (each workflow's retention, DURABLE_RETENTION "
+                             "30 days: partitions dropped whole), not the oldest --prune-share")
     parser.add_argument("--measure-only", action="store_true",
                         help="only measure the database as it is (another sample after a run)")
     args = parser.parse_args()
@@ -272,7 +275,10 @@ def main() -> None:
     started = time.perf_counter()
     age = int(args.days * (1 - args.prune_share))
     run_partitions = [p.name for p in partitioning.runs.partitions()]
-    call_command("durable", "prune", "--older-than", f"{age}d", "--batch", "1000", stdout=io.StringIO())
+    if args.retention_prune:
+        call_command("durable", "prune", "--batch", "1000", stdout=io.StringIO())
+    else:
+        call_command("durable", "prune", "--older-than", f"{age}d", "--batch", "1000", stdout=io.StringIO())
     out["prune_s"] = time.perf_counter() - started
     out["run_partitions_dropped"] = sorted(set(run_partitions) - {p.name for p in partitioning.runs.partitions()})
     log(f"run partitions dropped: {out['run_partitions_dropped']}")

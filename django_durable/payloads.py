@@ -177,6 +177,12 @@ def delete(names) -> int:
     if not names:
         return 0
     StoredPayload.objects.filter(name__in=names).delete()
+    return delete_files(names)
+
+
+def delete_files(names) -> int:
+    """Delete the files of these stored payloads, whose references are gone; return how many went.
+    A file that cannot be deleted is logged and left."""
     where, gone = storage(), 0
     for name in names:
         try:

@@ -133,9 +133,7 @@ def drop_partition(name: str, batch: int = 5000) -> int:
         return 0  # dropped already
     partition, after, runs = found[0], None, 0
     while ids := partitioning.runs.run_ids(partition, after, batch):
-        stored = payloads.stored_of(ids)
-        partitioning.runs.delete_dependents(ids)
-        payloads.delete([name for _, name in stored])
+        payloads.delete_files(partitioning.runs.delete_dependents(ids))
         runs, after = runs + len(ids), ids[-1]
     partitioning.runs.drop(partition)
     return runs

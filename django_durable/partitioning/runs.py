@@ -345,16 +345,21 @@ def run_ids(partition: Partition, after: uuid.UUID | None, batch: int, db: str |
         return [row[0] for row in cursor.fetchall()]
 
 
-def delete_dependents(batch: list[uuid.UUID], db: str | None = None) -> None:
+def delete_dependents(batch: list[uuid.UUID], db: str | None = None) -> list[str]:
     """Delete what hangs off the runs `batch` in other tables, in one short transaction; a
-    schedule whose last run it was forgets it."""
+    schedule whose last run it was forgets it. Return the names of their payloads stored apart,
+    whose files the caller deletes once this has committed."""
     db = db or conf.get("DATABASE")
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
         for table, condition in DEPENDENTS:
             cursor.execute(f"DELETE FROM {table} WHERE {condition}", [batch])
+        # One array, not a parameter per run: a query of 5,000 parameters costs more to send.
+        cursor.execute("DELETE FROM durable_stored_payload WHERE run_id = ANY(%s) RETURNING name", [batch])
+        stored = [name for (name,) in cursor.fetchall()]
         cursor.execute("UPDATE durable_schedule SET last_run_id = NULL WHERE last_run_id = ANY(%s)", [batch])
         cursor.execute(f"UPDATE {TABLE} SET parent_id = NULL WHERE parent_id = ANY(%s) AND NOT id = ANY(%s)",
                        [batch, batch])
+    return stored
 
 
 def drop(partition: Partition, db: str | None = None) -> None:
