@@ -182,7 +182,10 @@ def delete(names) -> int:
 
 def delete_files(names) -> int:
     """Delete the files of these stored payloads, whose references are gone; return how many went.
-    A file that cannot be deleted is logged and left."""
+    A file that cannot be deleted is logged and left. With none, nothing is asked of the storage
+    (a project that stores nothing apart has none)."""
+    if not names:
+        return 0
     where, gone = storage(), 0
     for name in names:
         try:

@@ -104,6 +104,18 @@ def test_offloading_needs_a_durable_storage(settings):
     assert "positive number of bytes" in [e.msg for e in checks.run_checks() if e.id == "django_durable.E009"][0]
 
 
+def test_a_prune_with_nothing_stored_apart_needs_no_durable_storage(settings):
+    # A project that never stores payloads apart has no STORAGES["durable"]; dropping a partition
+    # of runs deletes their (no) stored files, which must not ask for it (it did, on 2026-11-25).
+    from django.core.files.storage import storages
+
+    settings.STORAGES = {name: options for name, options in settings.STORAGES.items() if name != "durable"}
+    storages._storages.pop("durable", None)
+    assert payloads.delete_files([]) == 0 and payloads.delete([]) == 0
+    with pytest.raises(Exception, match="durable"):
+        payloads.delete_files(["gone.json"])  # with a file to delete, the missing storage is an error
+
+
 def test_a_stored_value_is_returned_as_a_replay_will_return_it(stored):
     from decimal import Decimal
 
