@@ -14,6 +14,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -34,10 +35,23 @@ def burst() -> str:
     return done.stdout + done.stderr
 
 
+def past(moment: dt.datetime) -> None:
+    """Wait until the database's clock is past `moment` (the partitions begin at the whole second
+    after a conversion: a run started before then is still one of the partition before)."""
+    from django_durable import clock
+
+    for _ in range(100):  # at most 5 s: a second is what it can take
+        if clock.database_now("default") > moment:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the database's clock did not pass {moment}")
+
+
 def main() -> None:
     django.setup()
     from django.core.management import CommandError, call_command
     from django.db import DatabaseError, IntegrityError, connection, transaction
+    from django.db.models.functions import Now
 
     import django_durable as durable
     from django_durable import partitioning, retention
@@ -69,6 +83,8 @@ def main() -> None:
     finished.refresh_from_db(), waiting.refresh_from_db()
     assert (finished.status, waiting.status) == ("completed", "waiting"), (finished.status, waiting.status)
     ok("runs made on the plain journal: one finished, one waiting for a signal")
+    # The waiting one as if it had been started the moment before the conversion (in the same second).
+    WorkflowRun.objects.filter(pk=waiting.pk).update(created_at=Now())
 
     # 2. The conversion, as a migration with atomic = False runs it (the index built concurrently).
     assert partitioning.layout(refresh=True) is None  # this process read it plain: "a stale writer"
@@ -78,6 +94,7 @@ def main() -> None:
         cursor.execute("SELECT relkind FROM pg_class WHERE oid = 'durable_step'::regclass")
         assert cursor.fetchone()[0] == "p"
     shape = partitioning.layout(refresh=True)
+    past(shape.since)
     parts = partitioning.partitions()
     assert parts[0].start is None and parts[0].end == shape.since, parts
     assert len(parts) == 1 + 1 + 2, [p.name for p in parts]  # before, today, two days ahead

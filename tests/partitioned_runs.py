@@ -22,7 +22,7 @@ from pathlib import Path
 
 import django
 
-from tests.partitioned import burst, ok
+from tests.partitioned import burst, ok, past
 
 
 def main() -> None:
@@ -76,18 +76,27 @@ def main() -> None:
     ok("runs made on the plain tables: finished, waiting for signals, a parent with waiting children, a key, "
        "a ticket held")
 
-    # 3. The conversions, as migrations with atomic = False run them. Their time begins at a whole
-    #    second: past the second of the runs above, so that those are all "before".
-    time.sleep(1.1)
+    #    One more started the moment before the conversions, by a process whose clock runs two
+    #    seconds ahead of the database's: its id carries a time past the conversion's.
+    real_time_ns = time.time_ns
+    ids.time.time_ns = lambda: real_time_ns() + 2_000_000_000
+    try:
+        ahead = durable.start("tests.five_steps")
+    finally:
+        ids.time.time_ns = real_time_ns
+
+    # 3. The conversions, as migrations with atomic = False run them, right after: the partitions
+    #    begin past every run above (their second, and the time of the id from ahead).
     with connection.schema_editor(atomic=False) as editor:
         partitioning.PartitionJournal(interval="day", ahead=2).database_forwards("app", editor, None, None)
     convert_runs()
     shape = partitioning.runs.layout(refresh=True)
+    past(shape.since)
     parts = partitioning.runs.partitions()
     assert parts[0].start is None and parts[0].end == shape.since, parts
     assert len(parts) == 1 + 1 + 2, [p.name for p in parts]  # before, today, two days ahead
     before, today = parts[0].name, parts[1].name
-    for run in (finished, waiting, family, keyed, held, *old_children):
+    for run in (finished, waiting, family, keyed, held, ahead, *old_children):
         assert where(run) == before, (run.workflow, where(run))
     with connection.cursor() as cursor:
         cursor.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [runs_table])
@@ -137,6 +146,9 @@ def main() -> None:
     waiting.refresh_from_db()
     assert waiting.status == "completed" and waiting.get_result() == [1, 2], (waiting.status, waiting.result)
     assert where(waiting) == before
+    ahead.refresh_from_db()  # found by its id in the partition it is in, and run there
+    assert ahead.status == "completed" and where(ahead) == before, (ahead.status, where(ahead))
+    assert sorted(Step.objects.filter(run=ahead).values_list("key", flat=True)) == [f"s{i}" for i in range(5)]
     children = list(WorkflowRun.objects.filter(parent__in=new))
     assert len(children) == 3, children
     for run in new + children + [fired]:
@@ -152,7 +164,7 @@ def main() -> None:
     assert ledger.count(new[1].pk, "step") == 3 and ledger.count(new[1].pk, "branch") == 3
     assert all(ledger.count(new[2].pk, f"square:{i}") == 1 for i in range(6))
     assert StoredPayload.objects.filter(run_id=new[4].pk).exists(), "the big step result was not stored apart"
-    ok("real workers finish the old runs in the old partition and new ones (retries, six branches, children, "
+    ok("real workers finish the old runs in the old partition (one whose id came from a clock ahead too) and new ones (retries, six branches, children, "
        "a schedule's fire, payloads stored apart) in today's, each child with its parent; each key once")
 
     # 7. An idempotency key holds across partitions, and under concurrent starts.

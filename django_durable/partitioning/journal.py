@@ -99,17 +99,16 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
         # table as it is; the partitioned parent's own index then adopts it instead of building one.
         cursor.execute(f"CREATE UNIQUE INDEX {concurrently}IF NOT EXISTS durable_step_run_key_created "
                        f"ON {TABLE} (run_id, key, run_created_at)")
+        tables.check_before(db, cursor, TABLE, "run_created_at")
         with transaction.atomic(using=db):
-            since = tables.conversion_time(cursor, TABLE, since)
+            # The journal locked first, so that no entry comes while the time partitions begin at
+            # is taken: past every run's creation, as the 1970 key all the entries there have says.
+            cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
+            cursor.execute("SELECT max(created_at) FROM durable_workflow_run")
+            since = tables.conversion_time(cursor, TABLE, since, latest=cursor.fetchone()[0])
             before = f"{TABLE}_before_{since:%Y%m%d}"
-            # Every entry there is of a run from before: checked once (a scan, writes go on), and
-            # then the attach below needs no scan of its own.
-            cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {before}_range "
-                           f"CHECK (run_created_at < %s) NOT VALID", [since])
-            cursor.execute(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {before}_range")
             cursor.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {TABLE}")
             next_id = cursor.fetchone()[0]
-            cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
             cursor.execute(f"ALTER TABLE {TABLE} ALTER COLUMN id DROP IDENTITY IF EXISTS")
             cursor.execute(f"ALTER TABLE {TABLE} RENAME TO {before}")
             cursor.execute(f"CREATE TABLE {TABLE} (LIKE {before} INCLUDING DEFAULTS) PARTITION BY RANGE (run_created_at)")

@@ -141,15 +141,14 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
                        f"ON {TABLE} (id, id_time)")
         cursor.execute(f"CREATE INDEX {concurrently}IF NOT EXISTS durable_run_idempotency_lookup "
                        f"ON {TABLE} (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL")
+        tables.check_before(db, cursor, TABLE, "id_time")
         with transaction.atomic(using=db):
-            since = tables.conversion_time(cursor, TABLE, since)
-            before = f"{TABLE}_before_{since:%Y%m%d}"
-            # Every run there has id_time 1970 (the column's default): checked once while writes
-            # go on; the attach below then needs no scan of its own.
-            cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {before}_range CHECK (id_time < %s) NOT VALID",
-                           [since])
-            cursor.execute(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {before}_range")
+            # The table locked first, so that no run comes while the time partitions begin at is
+            # taken: past the time every id there carries (a process's clock may run ahead of the
+            # database's), as the 1970 key all the runs there have says.
             cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
+            since = tables.conversion_time(cursor, TABLE, since, latest=_latest_id_time(cursor))
+            before = f"{TABLE}_before_{since:%Y%m%d}"
             _drop_references(cursor)
             # The rules that hold across all time leave the table for their side tables.
             cursor.execute("DROP INDEX IF EXISTS durable_run_idempotency_key")
@@ -181,6 +180,13 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
     ensure_ahead(db, ahead)
     tables.analyze(db, TABLE)
     return shape
+
+
+def _latest_id_time(cursor) -> dt.datetime | None:
+    """The latest time an id in the runs table carries (ids with a time only: versions 7 and 8)."""
+    cursor.execute(f"SELECT id FROM {TABLE} WHERE substr(id::text, 15, 1) IN ('7', '8') ORDER BY id DESC LIMIT 1")
+    row = cursor.fetchone()
+    return None if row is None else EPOCH + dt.timedelta(milliseconds=ids.millis(row[0]))
 
 
 def _drop_references(cursor) -> None:

@@ -8,10 +8,11 @@ import json
 import re
 from dataclasses import dataclass
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.migrations.operations.base import Operation
 
 from .. import clock, conf
+from ..ids import EPOCH
 
 INTERVALS = ("day", "week", "month")
 # The bounds of a partition as PostgreSQL prints them: FROM ('2026-11-01 00:00:00+00') or MINVALUE.
@@ -64,11 +65,30 @@ def describe(cursor, table: str, since: dt.datetime, interval: str) -> None:
     cursor.execute(f"COMMENT ON TABLE {table} IS %s", [json.dumps({"since": since.isoformat(), "interval": interval})])
 
 
-def conversion_time(cursor, table: str, since: dt.datetime | None) -> dt.datetime:
-    """When a conversion of `table` begins its time partitions: now to the second, or an earlier
-    `since` for an empty table (a benchmark's history)."""
+def check_before(db: str, cursor, table: str, column: str) -> None:
+    """Check once that every row of `table` has the key 1970 in `column` (the partition before):
+    a CHECK added NOT VALID (a moment's lock), then validated by a scan while writes go on (in a
+    transaction of its own where the conversion is not in one), so that attaching the table as
+    the partition before needs no scan with the table locked."""
+    name = f"{table}_before_key"
+    with transaction.atomic(using=db):
+        cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}")
+        cursor.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} CHECK ({column} = %s) NOT VALID", [EPOCH])
+    cursor.execute(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}")
+
+
+def conversion_time(cursor, table: str, since: dt.datetime | None, latest: dt.datetime | None = None) -> dt.datetime:
+    """When a conversion of `table` begins its time partitions: the next whole second after both
+    the database's clock and `latest`, the latest time a row there already carries; or an earlier
+    `since`, for an empty table (a benchmark's history).
+
+    Called with the table locked, so no row comes meanwhile: every row from before falls before
+    the result, as the key 1970 it keeps says. (Rounded down, a run made in the second before the
+    conversion would have been looked up in a partition it is not in.)
+    """
     if since is None:
-        cursor.execute("SELECT date_trunc('second', statement_timestamp())")
+        cursor.execute("SELECT date_trunc('second', greatest(statement_timestamp(), %s::timestamptz)) "
+                       "+ interval '1 second'", [latest])
         return cursor.fetchone()[0].astimezone(dt.timezone.utc)
     cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {table})")
     if cursor.fetchone()[0]:
