@@ -1,6 +1,8 @@
 """Runs of a model instance: start(..., subject=obj), durable.runs_for(obj), one run at a time per
 subject, the runs on the model's own admin page (test client and browser), and the subject deleted."""
 
+import warnings
+
 import pytest
 
 import django_durable as durable
@@ -82,6 +84,19 @@ def test_the_runs_show_on_the_rows_admin_page_and_start_from_its_list(admin_clie
     text = response.content.decode()
     assert "Started tests.ticket_flow for 1 row(s)." in text and "already has an unfinished run" in text
     assert [r.workflow for r in durable.runs_for(other)] == ["tests.ticket_flow"]
+
+
+def test_the_rows_admin_pages_raise_no_deprecation_warning(admin_client):
+    """Django 6.1 warns of a get_actions() without its `action_location` (and will stop calling it
+    for the list in 2028): the list and the row's page are read without a warning."""
+    ticket = Ticket.objects.create(title="printer")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        listed = admin_client.get(TICKETS).content.decode()
+        page = admin_client.get(f"{TICKETS}{ticket.pk}/change/")
+    assert page.status_code == 200 and "durable_start_tests.ticket_flow" in listed
+    assert not [w for w in caught if issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))], [
+        str(w.message) for w in caught]
 
 
 def test_a_user_who_may_not_see_runs_does_not_see_them_on_the_page(client, django_user_model):

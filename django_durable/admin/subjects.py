@@ -98,9 +98,15 @@ class DurableSubjectAdmin:
             inlines.append(DurableRunsInline)
         return inlines
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        if not request.user.has_perm("django_durable.start_workflowrun"):
+    def get_actions(self, request, action_location=None):
+        # Django 6.1 asks for the actions of a place (the list, or a change form, where these are
+        # not offered: they act on the rows selected); 5.2 for the list's, naming no place.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)
+        if (getattr(action_location, "value", "CHANGE_LIST") != "CHANGE_LIST"
+                or not request.user.has_perm("django_durable.start_workflowrun")):
             return actions
         for workflow, arguments in self.durable_start.items():
             name = f"durable_start_{registry.get(workflow).name}"
