@@ -164,8 +164,9 @@ def main() -> None:
     assert ledger.count(new[1].pk, "step") == 3 and ledger.count(new[1].pk, "branch") == 3
     assert all(ledger.count(new[2].pk, f"square:{i}") == 1 for i in range(6))
     assert StoredPayload.objects.filter(run_id=new[4].pk).exists(), "the big step result was not stored apart"
-    ok("real workers finish the old runs in the old partition (one whose id came from a clock ahead too) and new ones (retries, six branches, children, "
-       "a schedule's fire, payloads stored apart) in today's, each child with its parent; each key once")
+    ok("real workers finish the old runs in the old partition (one whose id came from a clock ahead too) and "
+       "new ones (retries, six branches, children, a schedule's fire, payloads stored apart) in today's, each "
+       "child with its parent; each key once")
 
     # 7. An idempotency key holds across partitions, and under concurrent starts.
     again = durable.start("tests.three_steps", idempotency_key="before")

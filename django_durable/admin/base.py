@@ -111,3 +111,12 @@ class PageAdmin(DurableAdmin):
             from django.core.exceptions import PermissionDenied
 
             raise PermissionDenied
+
+
+def base_actions(model_admin, cls, request, action_location=None) -> dict:
+    """The actions `cls`'s parent offers: Django 6.1 names where they are shown (`action_location`),
+    5.2 does not know the parameter. For a get_actions() override that works on both."""
+    parent = super(cls, model_admin)
+    if action_location is None:
+        return parent.get_actions(request)
+    return parent.get_actions(request, action_location=action_location)

@@ -28,7 +28,7 @@ from ..services.control import RESUMABLE
 from ..workpool import evidence
 from . import display, forms, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
-from .base import DurableAdmin, parse_uuid
+from .base import DurableAdmin, base_actions, parse_uuid
 from .filters import (
     ErrorFilter,
     KindFilter,
@@ -122,9 +122,7 @@ class WorkflowRunAdmin(DurableAdmin):
         return self.has_custom_permission(request, "view_payload_workflowrun")
 
     def get_actions(self, request, action_location=None):
-        # Django 6.1 passes where the actions are shown; 5.2 does not know the parameter.
-        actions = super().get_actions(request) if action_location is None else \
-            super().get_actions(request, action_location=action_location)
+        actions = base_actions(self, WorkflowRunAdmin, request, action_location)
         actions.pop("delete_selected", None)  # it would not keep to finished runs; delete_finished_runs does
         return actions
 

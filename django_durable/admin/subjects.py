@@ -20,6 +20,7 @@ from .. import registry, services
 from ..exceptions import DurableError
 from ..models import Step, WorkflowRun
 from ..services.control import RESUMABLE
+from .base import base_actions
 from .display import status_badge
 
 RECENT_STEPS = 12
@@ -99,12 +100,8 @@ class DurableSubjectAdmin:
         return inlines
 
     def get_actions(self, request, action_location=None):
-        # Django 6.1 asks for the actions of a place (the list, or a change form, where these are
-        # not offered: they act on the rows selected); 5.2 for the list's, naming no place.
-        if action_location is None:
-            actions = super().get_actions(request)
-        else:
-            actions = super().get_actions(request, action_location=action_location)
+        actions = base_actions(self, DurableSubjectAdmin, request, action_location)
+        # Starting acts on the rows selected: offered on the list only (6.1 also asks for a change form's).
         if (getattr(action_location, "value", "CHANGE_LIST") != "CHANGE_LIST"
                 or not request.user.has_perm("django_durable.start_workflowrun")):
             return actions

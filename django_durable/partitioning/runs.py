@@ -186,7 +186,7 @@ def _latest_id_time(cursor) -> dt.datetime | None:
     """The latest time an id in the runs table carries (ids with a time only: versions 7 and 8)."""
     cursor.execute(f"SELECT id FROM {TABLE} WHERE substr(id::text, 15, 1) IN ('7', '8') ORDER BY id DESC LIMIT 1")
     row = cursor.fetchone()
-    return None if row is None else EPOCH + dt.timedelta(milliseconds=ids.millis(row[0]))
+    return None if row is None else ids.id_time(row[0], EPOCH)
 
 
 def _drop_references(cursor) -> None:
