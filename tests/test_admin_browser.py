@@ -243,3 +243,50 @@ def test_a_rows_runs_show_on_its_own_admin_page(browser, live_server, django_use
     screenshot(browser, "subject-runs.png")
     inline.find_element(By.LINK_TEXT, run.short_id).click()
     assert run.short_id in browser.find_element(By.TAG_NAME, "h1").text
+
+
+TRAIL_STYLE = """
+    const trail = document.querySelector('.breadcrumbs');
+    const link = trail.querySelector('a');
+    const pick = (e, names) => Object.fromEntries(names.map(n => [n, getComputedStyle(e)[n]]));
+    const box = trail.getBoundingClientRect(), first = link.getBoundingClientRect();
+    return {tag: trail.tagName,
+            trail: pick(trail, ['display', 'paddingLeft', 'paddingTop', 'backgroundColor', 'color', 'fontSize',
+                                'listStyleType', 'marginLeft']),
+            link: pick(link, ['color', 'textDecorationLine', 'display']),
+            item: link.parentElement === trail ? null : pick(link.parentElement, ['display', 'listStyleType']),
+            left: Math.round(first.left - box.left), height: box.height,
+            text: trail.innerText.replace(/\\s+/g, ' ').trim()};"""
+
+
+def test_every_durable_page_draws_its_trail_as_djangos_own_pages_do(browser, live_server, django_user_model):
+    """Issue 30: on Django 6.1 the admin's trail is an <ol> of <li>; the durable pages follow the running admin."""
+    from django.contrib.auth.models import Permission
+
+    ops = django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password")
+    ops.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="testapp"))
+    run = durable.start("tests.three_steps", x=1)
+    approval_run = durable.start("tests.refund_approval", 25)
+    drain()
+    approval = approval_run.approvals.get()
+    log_in(browser, live_server, "ops", "/admin/auth/user/")
+    django_own = browser.execute_script(TRAIL_STYLE)
+    assert django_own["text"].startswith("Home")
+
+    pages = {
+        "overview": ("/admin/django_durable/overview/", "Overview"),
+        "run page": (f"/admin/django_durable/workflowrun/{run.pk}/change/", "Workflow runs"),
+        "start form": ("/admin/django_durable/workflowrun/start/", "Workflow runs"),
+        "action form": (f"/admin/django_durable/workflowrun/{run.pk}/do/retry/", "Workflow runs"),
+        "inbox": ("/admin/django_durable/approval/", "Approvals"),
+        "decide page": (f"/admin/django_durable/approval/{approval.pk}/", "Approvals"),
+        "definitions": ("/admin/django_durable/definition/", "Workflow definitions"),
+        "definition": ("/admin/django_durable/definition/tests.three_steps/", "tests.three_steps"),
+    }
+    for name, (path, expected) in pages.items():
+        browser.get(f"{live_server.url}{path}")
+        ours = browser.execute_script(TRAIL_STYLE)
+        assert ours["text"].startswith("Home") and expected in ours["text"], (name, ours["text"])
+        for part in ("tag", "trail", "link", "item", "left"):
+            assert ours[part] == django_own[part], (name, part, ours[part], django_own[part])
+        assert ours["height"] < 1.5 * django_own["height"], (name, ours, django_own)  # one row, as Django's

@@ -106,3 +106,15 @@ def test_the_kind_of_wait_filters_and_a_fan_outs_count_is_current(admin_user):
     assert detail["waiting_on"] == "parallel 'items': 2 of 5 branches done"
     assert detail["progress"] == {"done": 2, "total": 5, "message": "parallel 'items'"}
     assert WorkflowRun.objects.get(pk=fanned.pk).waiting_on == "parallel 'items': 0 of 5 branches done"
+
+
+def test_the_package_names_the_django_version_it_is_tested_on():
+    """Issue 30: CI runs the suite on Django 5.2 and on the newest 6.x; the classifiers name each."""
+    import tomllib
+    from pathlib import Path
+
+    import django
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
+    running = f"Framework :: Django :: {django.VERSION[0]}.{django.VERSION[1]}"
+    assert running in project["classifiers"], f"{running!r} is tested here but not in pyproject.toml"
