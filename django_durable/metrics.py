@@ -28,12 +28,20 @@ import datetime as dt
 import hmac
 from collections import defaultdict
 
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count, F, Sum
 from django.http import HttpResponse
 from django.utils import timezone
 
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import APIException, AuthenticationFailed
+from rest_framework.permissions import BasePermission
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.views import APIView
+
 from . import conf, stats
+from .api import errors as api_errors
+from .api.errors import SafeJSONRenderer
 from .models import Step, Worker, WorkflowRun, WorkItem
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -133,25 +141,75 @@ class DurableCollector:
                                 value=in_back_off.count())
 
 
-def metrics_view(request):
-    """GET: the metrics in Prometheus' text format (see this module for who may read them)."""
-    try:
-        from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.exposition import CONTENT_TYPE_LATEST
-    except ImportError:
-        return HttpResponse("Install prometheus-client to serve metrics (pip install "
-                            "django-durable-workflows[prometheus]).\n", status=501, content_type="text/plain")
-    if not _may_scrape(request):
-        raise PermissionDenied
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DurableCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+class MetricsToken(BaseAuthentication):
+    """``Authorization: Bearer <DURABLE_METRICS_TOKEN>``, for Prometheus' scrape config."""
+
+    def authenticate(self, request):
+        given = request.headers.get("Authorization", "")
+        if not given.startswith("Bearer "):
+            return None  # the API's own authentication (session, Basic, ...) may know the caller
+        token = conf.get("METRICS_TOKEN")
+        if not token or not hmac.compare_digest(given[7:].encode(), str(token).encode()):
+            raise AuthenticationFailed("The bearer token is not DURABLE_METRICS_TOKEN.")
+        return AnonymousUser(), SCRAPER
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="durable metrics"'
 
 
-def _may_scrape(request) -> bool:
-    token = conf.get("METRICS_TOKEN")
-    given = request.headers.get("Authorization", "")
-    if token and given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), str(token).encode()):
-        return True
-    user = getattr(request, "user", None)
-    return bool(user is not None and user.is_authenticated and user.has_perm("django_durable.view_workflowrun"))
+class MayScrape(BasePermission):
+    message = ("Reading the metrics needs the permission django_durable.view_workflowrun, or the bearer "
+               "token DURABLE_METRICS_TOKEN.")
+
+    def has_permission(self, request, view):
+        user = request.user
+        return request.auth is SCRAPER or bool(user and user.is_authenticated
+                                               and user.has_perm("django_durable.view_workflowrun"))
+
+
+class JSONErrors(BaseContentNegotiation):
+    """The answer is Prometheus' text whatever the client accepts; an error is JSON."""
+
+    def select_parser(self, request, parsers):
+        return None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class MetricsView(APIView):
+    """GET: the metrics in Prometheus' text format; errors as JSON, as the REST API's.
+
+    The callers the REST API accepts (the project's DEFAULT_AUTHENTICATION_CLASSES: a session, Basic,
+    ...) with the permission to view runs may read them, and so may the bearer of DURABLE_METRICS_TOKEN.
+    """
+
+    renderer_classes = [SafeJSONRenderer]
+    content_negotiation_class = JSONErrors
+    permission_classes = [MayScrape]
+
+    def get_authenticators(self):
+        return [MetricsToken(), *super().get_authenticators()]
+
+    def get_exception_handler(self):
+        return api_errors.handle
+
+    def get(self, request):
+        try:
+            from prometheus_client import CollectorRegistry, generate_latest
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST
+        except ImportError:  # after the permission check: a stranger learns nothing of the install
+            raise NotInstalled() from None
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(DurableCollector())
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+class NotInstalled(APIException):
+    status_code = 501
+    default_code = "not_installed"
+    default_detail = "Install prometheus-client to serve metrics (pip install django-durable-workflows[prometheus])."
+
+
+SCRAPER = "metrics-token"
+metrics_view = MetricsView.as_view()

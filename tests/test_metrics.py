@@ -55,9 +55,9 @@ def test_the_metrics_count_runs_queues_steps_and_workers(admin_client):
 
 
 def test_only_users_who_may_view_runs_or_the_token_may_scrape(client, settings, django_user_model):
-    assert client.get(URL).status_code == 403
+    assert client.get(URL).status_code == 401  # who are you? (WWW-Authenticate: Bearer)
     settings.DURABLE_METRICS_TOKEN = "s3cret-scrape-token"
-    assert client.get(URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    assert client.get(URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert ("durable_workers_live", ()) in scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
     clerk = django_user_model.objects.create_user("clerk", password="a-long-password", is_staff=True)
     client.force_login(clerk)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import BasePermission, IsAdminUser
 from rest_framework.throttling import SimpleRateThrottle
 
 from .. import conf
@@ -21,13 +21,21 @@ def configured_permissions() -> list:
             "DURABLE_API_PERMISSION_CLASSES is empty: that would open the durable API to anyone. "
             "Use ['rest_framework.permissions.AllowAny'] if that is really what you want."
         )
-    return [(import_string(cls) if isinstance(cls, str) else cls)() for cls in classes]
+    permissions = [(import_string(cls) if isinstance(cls, str) else cls)() for cls in classes]
+    for permission in permissions:
+        if type(permission) is IsAdminUser:  # DRF's own says only "You do not have permission ..."
+            permission.message = STAFF_NEEDED
+    return permissions
+
+
+STAFF_NEEDED = ("This API needs a user with staff status (is_staff), as DURABLE_API_PERMISSION_CLASSES "
+                "says (rest_framework.permissions.IsAdminUser).")
 
 
 class ActionPermission(BasePermission):
     """The model permission of the view's action: the same custom permissions the admin uses."""
 
-    message = "You do not have the permission this action needs."
+    message = "No permission is declared for this action, so nobody may call it."
 
     def has_permission(self, request, view):
         if view.action is None and request.method.lower() not in getattr(view, "action_map", {}):
@@ -35,6 +43,8 @@ class ActionPermission(BasePermission):
         codename = view.required_permissions.get(view.action or "")
         if codename is None:
             return False  # an action without a declared permission is closed
+        # DRF reads `message` after a refusal; this instance serves one request only.
+        self.message = f"This needs the permission {APP}.{codename}, which you do not have."
         return bool(request.user and request.user.has_perm(f"{APP}.{codename}"))
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import re
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
@@ -164,6 +166,21 @@ def _message(detail) -> str:
     return str(detail) if detail is not None else ""
 
 
-def not_found(request, *args, **kwargs):
-    """Every other path under the API: a JSON 404, without a query."""
-    return JsonResponse({"error": {"code": "not_found", "message": "Not found."}}, status=404)
+# A run's id as the admin and the CLI show it (its last 8 digits) or any other piece of one.
+PARTIAL_ID = re.compile(r"^workflows/(?P<given>[0-9a-fA-F-]{1,35})(?:/|$)")
+
+
+@csrf_exempt  # a JSON 404 changes nothing: Django's CSRF page (HTML) must not answer in its place
+def not_found(request, path=""):
+    """Every other path under the API: a JSON 404 that says what was wrong, without a query."""
+    partial = PARTIAL_ID.match(path)
+    if partial:
+        message = (f"No run has the id {partial['given']!r}: give the run's whole id, a UUID of 36 "
+                   "characters (the admin and the command line show its last 8 digits).")
+    elif path in ("events/", "events"):
+        message = "Name the event in the path: POST events/<name>/."
+    elif path.startswith("workflows/"):
+        message = "Not found: a run's route is workflows/<id>/..., with the run's whole id (a UUID)."
+    else:
+        message = "Not found."
+    return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)

@@ -20,5 +20,5 @@ urlpatterns = [
             name="decide"),
     re_path(r"^schema/$", views.SchemaView.as_view(), name="schema"),
     # Anything else here (a malformed id, say) is a JSON 404, answered without a query.
-    re_path(r"^.*$", errors.not_found),
+    re_path(r"^(?P<path>.*)$", errors.not_found),
 ]
