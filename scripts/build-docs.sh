@@ -16,4 +16,5 @@ if [ "${1:-}" = serve ]; then
   exec "$VENV/bin/mkdocs" serve --dev-addr 127.0.0.1:8000
 fi
 "$VENV/bin/mkdocs" build --strict --clean --site-dir site
-echo "The site is in site/ (open site/index.html, or: make docs DOCS_ARGS=serve)."
+"$VENV/bin/python" scripts/check-site-links.py site
+echo "Open file://$PWD/site/index.html in a browser (search needs a server: make docs DOCS_ARGS=serve)."

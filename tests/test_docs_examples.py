@@ -31,3 +31,19 @@ def test_every_marked_example_in_the_docs_has_the_test_that_runs_it():
     for runner, _ in RUNNERS.values():
         assert (ROOT / runner).exists(), runner
     assert "example: logging" in (ROOT / "tests" / "test_telemetry.py").read_text()
+
+
+FILE_BLOCK = re.compile(r"<!-- file: (?P<name>\S+) -->\n```python\n(?P<body>.*?)```", re.S)
+
+
+def test_the_pages_hold_the_code_the_runnable_docs_test_executes():
+    """Issue 30: the repository host shows no `--8<--` include; each file a page shows is the file
+    tests/test_getting_started.py puts in a new project, character for character."""
+    for page in sorted((ROOT / "docs").glob("**/*.md")):
+        assert "--8<--" not in page.read_text(), f"{page.name} includes a file the repository host will not show"
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    shown = {match["name"]: match["body"] for match in FILE_BLOCK.finditer(page)}
+    files = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs" / "getting_started").rglob("*.py"))
+    assert sorted(shown) == files
+    for name, body in shown.items():
+        assert body == (ROOT / name).read_text(), f"docs/getting-started.md shows another {name}: copy the file in"

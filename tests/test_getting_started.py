@@ -4,7 +4,7 @@ project): on SQLite, and on PostgreSQL when the suite runs there.
 Every console block of the page marked `<!-- runnable -->` is run as written, in order, in a new
 directory (`python` and `django-admin` are this environment's); blocks marked
 `<!-- runnable: background -->` (the worker, the development server) are started and left running
-until the end. The files the page includes from docs/getting_started/ go where the page says. Then
+until the end. The files the page shows (kept identical to docs/getting_started/ by test_docs_examples) go where the page says. Then
 what the page promises is checked: the result printed, the admin's list and run page, the REST
 API with basic authentication, and a worker stopped during the sleep not running a step twice.
 """
@@ -52,7 +52,7 @@ def test_the_page_marks_the_commands_a_new_user_runs():
     assert "django-admin startproject mysite ." in blocks[0][1]
     assert blocks[2][1] == ["python manage.py durable_worker"]
     for name in ("settings_sqlite.py", "settings_postgres.py", "urls.py", "shop/workflows.py", "start.py"):
-        assert f'--8<-- "docs/getting_started/{name}"' in PAGE.read_text(), name
+        assert f"<!-- file: docs/getting_started/{name} -->" in PAGE.read_text(), name
 
 
 def _free_port() -> int:

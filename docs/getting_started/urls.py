@@ -1,4 +1,5 @@
-# Added at the end of mysite/urls.py: the REST API under /api/durable/.
+# Added at the end of mysite/urls.py: the REST API under /api/durable/, put first so that no
+# catch-all route (Wagtail's pages, a CMS's) answers its paths before it does.
 from django.urls import include
 
-urlpatterns += [path("api/durable/", include("django_durable.api.urls"))]
+urlpatterns.insert(0, path("api/durable/", include("django_durable.api.urls")))
