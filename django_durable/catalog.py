@@ -13,8 +13,9 @@ def workflows(*, shapes: bool = True) -> list[dict]:
 
     Each is ``{"name", "kind", "description", "function", "queue", "priority", "max_attempts",
     "timeout", "retry", "compensate_on_failure", "compensate_on_cancel", "schedule", "input",
-    "shape"}``: the docstring, the run defaults, the declared schedule, the parameters the
-    function takes, and (unless not `shapes`) ``durable.describe()``'s shape.
+    "shape", "problems"}``: the docstring, the run defaults, the declared schedule, the parameters
+    the function takes, and (unless not `shapes`) ``durable.describe()``'s shape and the problems
+    found in it (keys two calls take, unknown approvers).
     """
     return [definition_data(definition, shape=shapes) for definition in registry.definitions()]
 
@@ -43,7 +44,8 @@ def definition_data(definition, *, shape: bool = True) -> dict:
         "input_schema": input_schema(definition),
     }
     if shape:
-        data["shape"] = _shape(definition.name)
+        described = _described(definition.name)
+        data["shape"], data["problems"] = described["shape"], described["problems"]
     return data
 
 
@@ -53,11 +55,35 @@ def _function(definition):
 
 
 @lru_cache(maxsize=1024)
-def _shape(name: str) -> list[dict]:
-    """The shape of a workflow, found once per process (the code does not change under it)."""
+def _described(name: str) -> dict:
+    """durable.describe() of a workflow, once per process (the code does not change under it)."""
     from .engine.describe import describe
 
-    return describe(name)["shape"]
+    return describe(name)
+
+
+def _shape(name: str) -> list[dict]:
+    return _described(name)["shape"]
+
+
+def awaited_signals(name: str) -> tuple[list[str], bool]:
+    """The signal names a workflow's shape waits for (sorted), and whether the shape is whole (no
+    ``stop`` where the describing run could not go on): a name outside a whole shape's is never taken
+    by this code."""
+    names, whole = set(), True
+
+    def walk(nodes):
+        nonlocal whole
+        for node in nodes:
+            if node["type"] == "signal":
+                names.add(node["name"])
+            elif node["type"] == "stop":
+                whole = False
+            for branch in node.get("branches", []):
+                walk(branch.get("shape", []))
+
+    walk(_shape(name))
+    return sorted(names), whole
 
 
 def _retry(policy) -> dict:

@@ -177,6 +177,23 @@ def check_workflow_determinism(app_configs=None, **kwargs):
     ]
 
 
+@register()
+def check_workflow_shapes(app_configs=None, **kwargs):
+    """What a run would fail on, found in each workflow's shape (durable.describe()) before any run
+    starts: a key two calls take, approvers naming a permission no model declares. An error where
+    the code reaches it whatever the data; a warning where it took a guess about data (an `if`)."""
+    from . import registry
+    from .engine.describe import problems
+
+    found = []
+    for name in registry.names():
+        for problem in problems(name):
+            level, check_id = (Error, "django_durable.E011") if problem.certain else (Warning, "django_durable.W004")
+            found.append(level(f"Workflow {name!r}: {problem.message}", obj=registry.get(name).fn, id=check_id,
+                               hint="`manage.py durable workflows` shows the workflow's shape with it."))
+    return found
+
+
 @register("durable", deploy=True)
 def check_replay_before_deploy(app_configs=None, **kwargs):
     """With DURABLE_CHECK_REPLAY, `manage.py check --deploy` replays the journals of the runs in

@@ -30,6 +30,19 @@ def live_workers_since() -> dt.datetime:
     return timezone.now() - dt.timedelta(seconds=float(conf.get("WORKER_STALE_SECONDS")))
 
 
+def unserved_queues(queues) -> set[str]:
+    """Those of `queues` no live worker takes work from (a worker started without --queues takes every queue)."""
+    queues = set(queues)
+    if not queues:
+        return set()
+    served = set()
+    for listed in Worker.objects.filter(last_seen__gte=live_workers_since()).values_list("queues", flat=True):
+        if not listed.strip():
+            return set()
+        served.update(name.strip() for name in listed.split(","))
+    return queues - served
+
+
 HOUR = dt.timedelta(hours=1)
 # A past hour's counts are kept once it ended this long ago (a run's finish may commit a moment
 # after its finished_at), in the project's default cache, for two days.
@@ -83,7 +96,8 @@ def _by_hour(since, until) -> dict:
 
 def status_table(now, by_hour: dict | None = None):
     """Rows per queue: unfinished runs by status now, and runs finished in the last 24 hours by
-    outcome (`by_hour`: finished_by_hour(now), if the caller has it already)."""
+    outcome (`by_hour`: finished_by_hour(now), if the caller has it already); `unserved` where runs
+    are unfinished and no live worker takes that queue."""
     cells: dict = defaultdict(lambda: defaultdict(int))
     unfinished = (
         WorkflowRun.objects.filter(status__in=UNFINISHED).order_by()
@@ -97,7 +111,10 @@ def status_table(now, by_hour: dict | None = None):
                 if status in statuses:
                     cells[queue][label] += n
     columns = [status.value for status in UNFINISHED] + list(OUTCOMES)
-    rows = [{"queue": queue, "cells": [cells[queue][c] for c in columns]} for queue in sorted(cells)]
+    waiting = {queue for queue in cells if any(cells[queue][status.value] for status in UNFINISHED)}
+    unserved = unserved_queues(waiting)
+    rows = [{"queue": queue, "cells": [cells[queue][c] for c in columns], "unserved": queue in unserved}
+            for queue in sorted(cells)]
     totals = [sum(row["cells"][i] for row in rows) for i in range(len(columns))]
     return {"columns": columns, "rows": rows, "totals": totals, "unfinished": len(UNFINISHED)}
 

@@ -429,7 +429,9 @@ def test_a_step_key_used_twice_in_one_run_fails_the_run_clearly():
     drain()
     run = run_of(run)
     assert run.status == "failed"
-    assert "Step key 'same' is used twice in this run" in run.get_error()["message"]
+    assert "The key 'same' is used twice in this run, by ctx.step() of str.upper and then by ctx.step()" in \
+        run.get_error()["message"]
+    assert "'same'" in durable.describe(duplicate_key)["problems"][0]  # found before the run, too
 
 
 @durable.workflow("tests.engine.huge_error")

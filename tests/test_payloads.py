@@ -99,7 +99,9 @@ def test_the_prune_deletes_the_stored_files_with_their_runs(stored, settings):
 def test_offloading_needs_a_durable_storage(settings):
     settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = LIMIT
     settings.STORAGES = {name: options for name, options in settings.STORAGES.items() if name != "durable"}
-    assert [e.id for e in checks.run_checks() if e.id.startswith("django_durable")] == ["django_durable.E009"]
+    shapes = {"django_durable.E011", "django_durable.W004"}  # workflows other test modules register on purpose
+    assert [e.id for e in checks.run_checks() if e.id.startswith("django_durable") and e.id not in shapes] == \
+        ["django_durable.E009"]
     settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = "1 MB"
     assert "positive number of bytes" in [e.msg for e in checks.run_checks() if e.id == "django_durable.E009"][0]
 

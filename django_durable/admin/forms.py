@@ -6,6 +6,7 @@ import json
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.html import format_html, format_html_join
 
 from .. import conf, registry, serialization
 from ..exceptions import NotSerializable, PayloadTooLarge
@@ -62,12 +63,40 @@ class StepForm(forms.Form):
         self.fields["key"].widget.attrs.update({"list": "durable-step-keys", "size": 60, "autocomplete": "off"})
 
 
+class SuggestingInput(forms.TextInput):
+    """A text input offering `suggestions` (a <datalist>) while taking any text."""
+
+    def __init__(self, suggestions=(), attrs=None):
+        super().__init__(attrs)
+        self.suggestions = list(suggestions)
+
+    def render(self, name, value, attrs=None, renderer=None):
+        attrs = {**(attrs or {}), "list": f"durable-{name}-choices"} if self.suggestions else attrs
+        html = super().render(name, value, attrs, renderer)
+        if not self.suggestions:
+            return html
+        options = format_html_join("", '<option value="{}">', ((choice,) for choice in self.suggestions))
+        return format_html('{}<datalist id="durable-{}-choices">{}</datalist>', html, name, options)
+
+
 class SignalForm(forms.Form):
-    name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"size": 40}))
+    name = forms.CharField(max_length=200, widget=SuggestingInput(attrs={"size": 40}))
     payload = JSONValueField(label="Payload (JSON)", help_text="Empty for null.")
     idempotency_key = forms.CharField(
         max_length=255, required=False, help_text="Optional: sending again with this key stores nothing new."
     )
+
+    def __init__(self, *args, awaited: tuple[list[str], bool] | None = None, **kwargs):
+        """`awaited`: the signal names the run's workflow waits for, and whether its shape is whole."""
+        super().__init__(*args, **kwargs)
+        if awaited is None:
+            return  # several runs at once, or a workflow not registered here
+        names, whole = awaited
+        self.fields["name"].widget.suggestions = names
+        waits = ", ".join(names) if names else "no signal"
+        self.fields["name"].help_text = (
+            f"Its workflow waits for {waits}{'' if whole else ' (as far as its shape can be found)'}. "
+            "Another name is kept for a later version of the code, but nothing takes it now.")
 
 
 class WakeForm(forms.Form):

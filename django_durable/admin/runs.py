@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from .. import registry, serialization, services
+from .. import catalog, registry, serialization, services
 from ..exceptions import DurableError, InvalidArguments
 from ..models import SignalMessage, Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from ..payloads import reference as stored_reference
@@ -495,6 +495,8 @@ class WorkflowRunAdmin(DurableAdmin):
             if current is not None and self.can_see_payloads(request):
                 initial["result"] = display.pretty_json(current, limit=None)[0]
         form_kwargs = {"keys": keys} if spec.form is forms.StepForm else {}
+        if spec.form is forms.SignalForm and registry.find(run.workflow) is not None:
+            form_kwargs = {"awaited": catalog.awaited_signals(run.workflow)}
         if request.method == "POST":
             form = spec.form(request.POST, **form_kwargs)
             if form.is_valid():

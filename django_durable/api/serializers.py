@@ -107,9 +107,16 @@ class RunSerializer(RunSummarySerializer):
     progress = serializers.SerializerMethodField()
     notes = serializers.SerializerMethodField()
     journal = serializers.SerializerMethodField()
+    warning = serializers.SerializerMethodField()
 
     def _payloads(self) -> bool:
         return bool(self.context.get("payloads"))
+
+    @extend_schema_field({"type": "string", "nullable": True, "description": (
+        "On a start: set when no live worker serves the queue given and neither DURABLE_QUEUES nor a "
+        "workflow names it (most likely a typo); the run is stored all the same. Otherwise null.")})
+    def get_warning(self, run):
+        return getattr(run, "warning", None)
 
     def get_waiting_on(self, run) -> str:
         return run.current_waiting_on()
@@ -230,6 +237,9 @@ class SignalSentSerializer(serializers.Serializer):
     run = serializers.UUIDField()
     name = serializers.CharField()
     created_at = serializers.DateTimeField()
+    warning = serializers.CharField(allow_null=True, help_text=(
+        "Set when the run's workflow never waits for a signal of this name (the names it waits for are in "
+        "the text): the signal is kept all the same, for a later version of the code. Otherwise null."))
 
 
 class EventSerializer(StrictSerializer):

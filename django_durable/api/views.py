@@ -257,8 +257,9 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         data = _valid(SignalSerializer, request)
         message = services.signal(run.pk, name, data.get("payload"), idempotency_key=data.get("idempotency_key"),
                                   by=self.by())
-        return Response(SignalSentSerializer({"id": message.pk, "run": run.pk, "name": message.name,
-                                              "created_at": message.created_at}).data, status=status.HTTP_202_ACCEPTED)
+        sent = {"id": message.pk, "run": run.pk, "name": message.name, "created_at": message.created_at,
+                "warning": message.warning}
+        return Response(SignalSentSerializer(sent).data, status=status.HTTP_202_ACCEPTED)
 
     @document(parameters=[OpenApiParameter("wait", OpenApiTypes.NUMBER,
                                                 description="Seconds to wait for the run to finish (capped by DURABLE_API_MAX_WAIT).")],

@@ -130,11 +130,11 @@ class Composition:
         if not calls:
             return []
         group = key or self._auto_key("parallel", "")
-        self._claim_key(group)
+        self._claim_key(group, "ctx.parallel()")
         for item in calls:
             if not isinstance(item, Call):
                 raise TypeError(f"ctx.parallel() takes calls made by ctx.call(), not {item!r}.")
-            self._claim_key(item.key)
+            self._claim_key(item.key, "a branch of ctx.parallel() or ctx.map()")
         entry = self._journal.get(group)
         if entry is not None:
             self._check_same(group, entry, "parallel", "")
@@ -209,7 +209,7 @@ class Composition:
         unfinished children are cancelled with it, unless started with ``detached=True``: a
         fire-and-forget child that must outlive its parent's failure.
         """
-        self._claim_key(key)
+        self._claim_key(key, "ctx.start_child()")
         definition = registry.get(workflow)
         entry = self._journal.get(key)
         self._prints[key] = call = fingerprint(definition.name, None, args, kwargs)

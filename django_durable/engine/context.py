@@ -46,7 +46,7 @@ class Context(Waits, Composition, Flow):
         self._retry = retry
         self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
         self._counters: dict[str, int] = {}
-        self._used: set[str] = set()
+        self._used: dict[str, str] = {}  # key -> what used it in this replay, for a clash's message
         self._compensations: list[tuple[str, Callable, Any]] = []  # (key, undo, result), in order
         self._failures: dict[str, str] = {}  # key -> the error of its last attempt retried at once
         self._prints: dict[str, str | None] = {}  # key -> the fingerprint of its call in this replay
@@ -85,10 +85,10 @@ class Context(Waits, Composition, Flow):
         return value
 
     def _step(self, key, fn, args, kwargs, *, atomic, retry, timeout, kind, cancellable=True, name=None):
-        self._claim_key(key)
+        name = name or _function_name(fn)
+        self._claim_key(key, f"ctx.emit({name!r})" if kind == "emit" else f"ctx.step() of {name}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a durable.RetryPolicy, not {retry!r}.")
-        name = name or _function_name(fn)
         asynchronous = asyncs.is_async(fn)
         if asynchronous and atomic:
             raise TypeError(f"Step {key!r}: an async function cannot be an atomic step (its database work would "
@@ -232,15 +232,17 @@ class Context(Waits, Composition, Flow):
         if self._session.claim.cancel_requested and not self._session.rolling_back:
             raise CancelRequested()
 
-    def _claim_key(self, key: str) -> None:
+    def _claim_key(self, key: str, use: str = "a step") -> None:
+        """Take `key` for `use` ("a step", "an approval", ...) in this replay: ValueError if it is taken."""
         self._stop_if_diverged()
         _check_key(key)
         if key in self._used:
             raise ValueError(
-                f"Step key {key!r} is used twice in this run; keys must be unique within a run "
-                f"(in a loop, put the index or the item's id in the key)."
+                f"The key {key!r} is used twice in this run, by {self._used[key]} and then by {use}; "
+                f"keys must be unique within a run: rename one (in a loop, put the index or the item's id "
+                f"in the key). `manage.py check` finds such clashes before a run starts."
             )
-        self._used.add(key)
+        self._used[key] = use
 
     def _record(self, key, name, status, result, error, started, attempts, *, kind="step",
                 deadline=None, retry_at=None, match=None, consumes=None, remaining=None, write="buffer",
@@ -331,7 +333,7 @@ class Context(Waits, Composition, Flow):
         self._counters[what] = count + 1
         key = f"{what}:{count}"
         self._stop_if_diverged()
-        self._used.add(key)  # reached (patched() tells history still ahead from history behind)
+        self._used.setdefault(key, "a recorded value")  # reached (patched() tells history still ahead from history behind)
         entry = self._journal.get(key)
         if entry is not None:
             self._check_same(key, entry, "note", what)

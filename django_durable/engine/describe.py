@@ -17,11 +17,27 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import threading
 import uuid
+from typing import NamedTuple
 
 from .. import registry
 from .asyncs import call_workflow
 from .composition import Call
+
+
+_guesses = threading.local()  # how often the describing run let a stand-in decide (an if, a comparison)
+
+
+def _guess() -> None:
+    _guesses.count = getattr(_guesses, "count", 0) + 1
+
+
+class Problem(NamedTuple):
+    """What a run of a shape would fail on; `certain` unless reaching it took a guess about data."""
+
+    message: str
+    certain: bool
 
 
 class Unknown:
@@ -57,9 +73,11 @@ class Unknown:
         return 1
 
     def __bool__(self) -> bool:
+        _guess()
         return True
 
     def __contains__(self, item) -> bool:
+        _guess()
         return True
 
     def __int__(self) -> int:
@@ -75,9 +93,11 @@ class Unknown:
         return id(self)
 
     def __eq__(self, other) -> bool:
+        _guess()
         return True
 
     def __ne__(self, other) -> bool:
+        _guess()
         return True
 
     def _same(self, *args) -> Unknown:
@@ -97,7 +117,30 @@ class Recorder:
         self.run_id = uuid.UUID(int=0)
         self.attempt = 1
         self.nodes: list[dict] = []
+        self.problems: list[Problem] = []  # what a run of this shape would fail on
         self._counters: dict[str, int] = {}
+        self._uses: dict[str, str] = {}  # key -> what took it, on the path being described
+        self._guesses_before = 0
+
+    def _use(self, key, what: str) -> None:
+        """Take `key` for `what`, as a run would: the same key taken twice is a clash the run would
+        fail on when it reaches the second. Keys built from data (with ``*``) may differ at run
+        time, so only whole keys are compared."""
+        key = str(key)
+        first = self._uses.get(key)
+        if first is None:
+            self._uses[key] = what
+        elif "*" not in key:
+            guessed = getattr(_guesses, "count", 0) > self._guesses_before
+            where = " (on the path where the conditions on data before it hold)" if guessed else ""
+            self.problems.append(Problem(
+                f"The key {key!r} is used by {first} and by {what}: a run fails when it reaches the second"
+                f"{where}. Rename one (in a loop, put the index or the item's id in the key).", not guessed))
+
+    def _auto(self, prefix: str) -> str:
+        count = self._counters.get(prefix, 0)
+        self._counters[prefix] = count + 1
+        return f"{prefix}:{count}"
 
     # -- steps and recorded values ----------------------------------------------------------------
 
@@ -115,6 +158,7 @@ class Recorder:
             node["timeout"] = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else float(timeout)
         if compensate is not None:
             node["compensate"] = _name(compensate)
+        self._use(key, f"ctx.step() of {node['function']}")
         self.nodes.append(node)
         return Unknown(f"result of {key}")
 
@@ -134,16 +178,20 @@ class Recorder:
     # -- waits ------------------------------------------------------------------------------------
 
     def sleep(self, key, duration):
+        self._use(key, "ctx.sleep()")
         self.nodes.append({"type": "sleep", "key": str(key)})
 
     def sleep_until(self, key, when):
+        self._use(key, "ctx.sleep_until()")
         self.nodes.append({"type": "sleep", "key": str(key)})
 
     def wait_for_signal(self, name, timeout=None, *, key=None):
+        self._use(key or self._auto(f"signal:{name}"), f"ctx.wait_for_signal({str(name)!r})")
         self.nodes.append({"type": "signal", "name": str(name), **({"timeout": True} if timeout else {})})
         return Unknown(f"signal {name}")
 
     def wait_for_event(self, name, match=None, timeout=None, *, key=None, since=None):
+        self._use(key or self._auto(f"event:{name}"), f"ctx.wait_for_event({str(name)!r})")
         node = {"type": "event", "name": str(name)}
         if match:
             node["match"] = sorted(str(field) for field in match)
@@ -151,6 +199,10 @@ class Recorder:
         return Unknown(f"event {name}")
 
     def wait_for_approval(self, key, *, approvers, timeout=None, quorum=1, message="", data=None):
+        self._use(key, "ctx.wait_for_approval()")
+        problem = _unknown_permission(approvers)
+        if problem:
+            self.problems.append(Problem(problem, True))
         node = {"type": "approval", "key": str(key), "approvers": _approvers_text(approvers),
                 "quorum": quorum if type(quorum) is int else "?"}
         self.nodes.append({**node, **({"timeout": True} if timeout else {})})
@@ -163,21 +215,25 @@ class Recorder:
         choices = [(branch, pair[1]) for branch, pair in dict(branches).items()]
         if default is not None:
             choices.append(("default", default) if callable(default) else (default[0], default[1]))
+        self._use(key, "ctx.switch()")
         for branch, run in choices:
             explored.append({"id": str(branch), "shape": self._nested(lambda run=run: run(value))})
         self.nodes.append({"type": "switch", "key": str(key), "branches": explored})
         return Unknown(f"switch {key}")
 
     def patched(self, change_id):
+        self._use(f"patch:{change_id}", "ctx.patched()")
         return True  # the shape of the code as it is now
 
     def note(self, message, **data):
         pass  # a note is not part of the shape
 
     def set_progress(self, done, total=None, message=""):
-        pass
+        if "progress" not in self._uses:  # one entry, however often it is set
+            self._use("progress", "ctx.set_progress()")
 
     def emit(self, name, payload=None):
+        self._use(self._auto(f"emit:{name}"), f"ctx.emit({str(name)!r})")
         self.nodes.append({"type": "emit", "name": str(name)})
         return Unknown(f"emit {name}")
 
@@ -188,11 +244,16 @@ class Recorder:
 
     def map(self, key, fn, items, *, retry=None, timeout=None, return_exceptions=False, cancellable=True):
         # How many branches: known at run time only (a describing run sees one item of any data).
+        self._use(key, "ctx.map()")
         self.nodes.append({"type": "map", "key": str(key), "function": _name(fn)})
         return [Unknown(f"branch of {key}")]
 
     def parallel(self, calls, *, key=None, return_exceptions=False):
         calls = list(calls)
+        self._use(key or self._auto("parallel:"), "ctx.parallel()")
+        for call in calls:
+            if isinstance(call, Call):
+                self._use(call.key, f"a branch of ctx.parallel() ({_name(call.fn)})")
         self.nodes.append({"type": "parallel", "key": str(key or "parallel"),
                            "branches": [{"key": c.key, "function": _name(c.fn)} for c in calls if isinstance(c, Call)]})
         return [Unknown(f"branch {c.key}") for c in calls if isinstance(c, Call)]
@@ -201,6 +262,7 @@ class Recorder:
         definition = getattr(workflow, "durable_workflow", None) if callable(workflow) else registry.find(workflow)
         name = definition.name if definition is not None else (workflow if isinstance(workflow, str) else _name(workflow))
         node = {"type": "child", "key": str(key), "workflow": name}
+        self._use(key, f"ctx.start_child() of {name}")
         if detached:
             node["detached"] = True
         self.nodes.append(node)
@@ -216,12 +278,15 @@ class Recorder:
     # -- running ----------------------------------------------------------------------------------
 
     def _nested(self, run) -> list[dict]:
+        # A branch of a switch is one path: its keys clash with those before the switch, not
+        # with a sibling branch's.
         outer, self.nodes = self.nodes, []
+        uses, self._uses = self._uses, dict(self._uses)
         try:
             _run(self, run)
             return self.nodes
         finally:
-            self.nodes = outer
+            self.nodes, self._uses = outer, uses
 
 
 class _Handle:
@@ -240,25 +305,40 @@ def _run(recorder: Recorder, call) -> None:
         recorder.nodes.append({"type": "stop", "reason": f"{type(exc).__name__}: {exc}"[:300]})
 
 
+def problems(workflow) -> list[Problem]:
+    """What a run of `workflow` would fail on, found in its shape (see describe())."""
+    return _record(registry.get(workflow))[1].problems
+
+
 def describe(workflow) -> dict:
     """The static shape of a registered workflow (a name or the function), as JSON-ready data.
 
-    ``{"workflow", "description", "shape": [nodes in order]}``; each node has a ``type`` (step,
+    ``{"workflow", "description", "shape": [nodes in order], "problems": [messages]}``: what a run
+    would fail on, found without one (a key two calls take; approvers naming a permission no
+    model declares). Each node has a ``type`` (step,
     sleep, signal, event, switch, map, parallel, child, emit, rollback, stop; a task's one node
     is a ``call``) and what is known of it. No step, branch or child runs: see this module's docstring for what a shape can and
     cannot show.
     """
-    definition = registry.get(workflow)
+    definition, recorder = _record(registry.get(workflow))
     if definition.kind == "task":  # one call of the task's function, retried as a whole
         function = definition.fn.task.func
         return {"workflow": definition.name, "kind": "task", "description": inspect.getdoc(function) or "",
-                "shape": [{"type": "call", "function": _name(function)}]}
+                "shape": [{"type": "call", "function": _name(function)}], "problems": []}
+    return {"workflow": definition.name, "kind": definition.kind, "description": inspect.getdoc(definition.fn) or "",
+            "shape": recorder.nodes, "problems": [problem.message for problem in recorder.problems]}
+
+
+def _record(definition) -> tuple:
+    """(definition, the Recorder that ran its code); a task's recorder records nothing."""
     recorder = Recorder(definition.name)
+    if definition.kind == "task":
+        return definition, recorder
     fn = getattr(definition.fn, "__wrapped__", definition.fn)
     arguments = _stand_ins(fn)
+    recorder._guesses_before = getattr(_guesses, "count", 0)
     _run(recorder, lambda: call_workflow(fn, recorder, arguments["args"], arguments["kwargs"]))
-    return {"workflow": definition.name, "kind": definition.kind,
-            "description": inspect.getdoc(definition.fn) or "", "shape": recorder.nodes}
+    return definition, recorder
 
 
 def _stand_ins(fn) -> dict:
@@ -282,6 +362,20 @@ def _name(fn) -> str:
     module = getattr(fn, "__module__", None) or ""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
     return f"{module}.{name}" if module else name
+
+
+def _unknown_permission(approvers) -> str | None:
+    """What is wrong with approvers naming a permission that no model of an installed app declares."""
+    from ..services.approvals import approvers_spec, declared_permission
+
+    try:
+        permission = approvers_spec(approvers).get("permission")
+    except (ValueError, TypeError):
+        return None  # built from data, or refused when the approval opens
+    if permission is None or declared_permission(permission):
+        return None
+    return (f"approvers={permission!r} names a permission no model declares (its default permissions and "
+            f"Meta.permissions): nobody but a superuser could decide it. Check the spelling, or declare it.")
 
 
 def _approvers_text(approvers) -> str:

@@ -36,7 +36,7 @@ class Flow:
         default (nothing is recorded), NonDeterminismError when the recorded branch is no longer
         among the branches.
         """
-        self._claim_key(key)
+        self._claim_key(key, "ctx.switch()")
         choices = _choices(key, branches, default)
         entry = self._journal.get(key)
         if entry is not None:
@@ -81,7 +81,7 @@ class Flow:
         if not isinstance(change_id, str) or not change_id:
             raise ValueError(f"A change id is a non-empty string, not {change_id!r}.")
         key = f"patch:{change_id}"
-        self._claim_key(key)
+        self._claim_key(key, "ctx.patched()")
         entry = self._journal.get(key)
         if entry is not None:
             self._check_same(key, entry, "patch", change_id)
@@ -117,7 +117,7 @@ class Flow:
         count = self._counters.get("progress", 0) + 1
         self._counters["progress"] = count
         if count == 1:
-            self._claim_key("progress")  # one entry, kept up to date
+            self._claim_key("progress", "ctx.set_progress()")  # one entry, kept up to date
         entry = self._journal.get("progress")
         if entry is not None and (serialization.decode(entry.result) or {}).get("n", 0) >= count:
             return  # replaying what was set before
@@ -145,7 +145,7 @@ class Flow:
         self._counters[prefix] = count + 1
         key = f"{prefix}:{count}"
         if claim:
-            self._claim_key(key)
+            self._claim_key(key, f"ctx.{prefix}()")
         return key
 
 

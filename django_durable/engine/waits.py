@@ -12,6 +12,9 @@ from ..exceptions import ApprovalTimeout, SignalTimeout
 from ..interrupts import Suspend
 
 
+_CALLS = {"sleep": "sleep", "signal": "wait_for_signal", "event": "wait_for_event", "approval": "wait_for_approval"}
+
+
 class Waits:
     """The waiting half of Context: each wait is a journal entry, and a timer if it can end by time."""
 
@@ -95,7 +98,7 @@ class Waits:
         return f"{kind}:{name}:{count}"
 
     def _wait(self, key, kind, name, *, until=None, timeout=None, match=None, since=None, approval=None) -> Any:
-        self._claim_key(key)
+        self._claim_key(key, f"ctx.{_CALLS[kind]}({'' if kind in ('sleep', 'approval') else repr(name)})")
         entry = self._journal.get(key)
         if entry is not None:
             self._check_same(key, entry, kind, name)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from django.contrib.auth.models import Group
+from django.apps import apps
+from django.contrib.auth.models import Group, Permission
 from django.core import signing
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
@@ -69,8 +70,42 @@ def approvers_spec(approvers) -> dict[str, Any]:
     )
 
 
+def declared_permission(permission: str) -> bool:
+    """Whether a model of an installed app declares `permission` ("app_label.codename"): one of its
+    default permissions, or one of its Meta.permissions. Read from the code, not the database."""
+    app_label, _, codename = permission.partition(".")
+    try:
+        models = apps.get_app_config(app_label).get_models()
+    except LookupError:
+        return False
+    for model in models:
+        opts = model._meta
+        if codename in {f"{action}_{opts.model_name}" for action in opts.default_permissions} or \
+                codename in {name for name, _ in opts.permissions}:
+            return True
+    return False
+
+
+def check_approvers(spec: dict) -> None:
+    """Raise ValueError naming the permission or group of `spec` that does not exist: an approval
+    asked of nobody would wait for ever, seen in no inbox (or only in superusers')."""
+    permission, group = spec.get("permission"), spec.get("group")
+    if permission and not declared_permission(permission):
+        app_label, _, codename = permission.partition(".")
+        if not Permission.objects.filter(content_type__app_label=app_label, codename=codename).exists():
+            raise ValueError(f"approvers={permission!r}: no such permission exists (no model declares it and "
+                             f"the database has none), so nobody but a superuser could decide. Check the "
+                             f"spelling, or declare it in a model's Meta.permissions.")
+    if group and not Group.objects.filter(name=group).exists():
+        raise ValueError(f"approvers={{'group': {group!r}}}: no group {group!r} exists, so nobody could decide. "
+                         f"Create the group (the admin's Groups, or a data migration) first.")
+
+
 def open_approval(run_id, key: str, spec: dict, quorum: int, message: str, data: str, deadline, db: str) -> None:
-    """Store the approval the run `run_id` waits for at `key` (once: a replay changes nothing)."""
+    """Store the approval the run `run_id` waits for at `key` (once: a replay changes nothing).
+
+    ValueError if its permission or group does not exist (check_approvers)."""
+    check_approvers(spec)
     Approval.objects.using(db).bulk_create([Approval(
         run_id=run_id, key=key, permission=spec.get("permission", ""), group=spec.get("group", ""),
         users=spec.get("users", []), quorum=quorum, message=message, data=serialization.display(data) or {},

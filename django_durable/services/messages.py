@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from django.db import transaction
 from django.db.models import DurationField, Exists, OuterRef, Q, Subquery, Value
 
-from .. import clock, conf, serialization, workpool
-
+from .. import catalog, clock, conf, registry, serialization, workpool
 from ..models import SignalMessage, Step, StoredEvent, WorkflowRun
 from .runs import _run_pk
 from .locks import lock_unfinished
+
+
+logger = logging.getLogger("django_durable")
+
+
+def unawaited_signal(workflow: str, name: str) -> str | None:
+    """A warning if `workflow`'s shape never waits for the signal `name` (None if it does, or if
+    the workflow is not registered here): such a signal is kept, in case a later version of the
+    code waits for it, but nothing takes it now."""
+    if registry.find(workflow) is None:
+        return None
+    names, whole = catalog.awaited_signals(workflow)
+    if name in names:
+        return None
+    waits = ", ".join(repr(n) for n in names) if names else "no signal"
+    hedge = "" if whole else ", as far as its shape can be found without running it,"
+    return (f"The workflow {workflow!r}{hedge} never waits for a signal {name!r} (it waits for {waits}); "
+            f"the signal is kept in case a later version of the code waits for it.")
 
 
 def _check_name(name, what: str) -> None:
@@ -28,14 +46,16 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
     order. With an `idempotency_key`, sending again returns the first message and stores
     nothing. Raise WorkflowNotFound for an unknown run, RunFinished for a finished one (nothing
     is stored then), NotSerializable or PayloadTooLarge for a payload that cannot be stored.
-    With `by` (who sent it by hand), the signal goes into the run's audit trail.
+    With `by` (who sent it by hand), the signal goes into the run's audit trail. A name the run's
+    workflow never waits for is stored all the same, with a warning logged and set as the
+    message's `warning` (unawaited_signal()).
     """
     _check_name(name, "signal")
     pk = _run_pk(run_id)
     text = serialization.encode(payload, what="signal payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=pk)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
-        lock_unfinished(pk, db)
+        run = lock_unfinished(pk, db)
         message = SignalMessage(run_id=pk, name=name, payload=text, idempotency_key=idempotency_key, **_stamp())
         if idempotency_key is None:
             message.save(using=db)
@@ -47,8 +67,12 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
             from ..models import WorkflowEvent
             from . import audit
 
+            shown = serialization.display(text) if len(text) <= 4000 else text[:4000] + "…"  # JSON, not its text
             audit.record(pk, WorkflowEvent.Type.SIGNAL_SENT, by=by, message=f"Signal {name!r}",
-                         data={"name": name, "payload": text[:4000], "message": message.pk}, db=db)
+                         data={"name": name, "payload": shown, "message": message.pk}, db=db)
+    message.warning = unawaited_signal(run.workflow, name)  # shown by the REST API and the command line
+    if message.warning:
+        logger.warning("Signal %r sent to run %s: %s", name, pk, message.warning)
     return message
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import time
 import uuid
@@ -18,6 +19,8 @@ from ..models import WorkflowEvent, WorkflowRun
 from ..workpool import postgres, queries
 from ..workpool import runs as _runs
 from ..workpool.runs import create_run, subject_key
+
+logger = logging.getLogger("django_durable")
 
 __all__ = ["create_run", "get_run", "resolve_run_id", "start", "start_and_wait", "start_many", "start_run", "wait"]
 
@@ -101,16 +104,38 @@ def start_run(
         seconds = clock.seconds(delay, "delay")
         run_at = clock.database_now(conf.get("DATABASE")) + dt.timedelta(seconds=seconds)
     if by is None:
-        return create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                          priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
-    from . import audit
-
-    db = conf.get("DATABASE")
-    with transaction.atomic(using=db):
         run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
                          priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
-        audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
+    else:
+        from . import audit
+
+        db = conf.get("DATABASE")
+        with transaction.atomic(using=db):
+            run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
+                             priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
+            audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
+    warning = unknown_queue(queue, definition)
+    if warning:
+        run.warning = warning  # shown by the REST API and the command line
+        logger.warning("Run %s of %s: %s", run.pk, definition.name, warning)
     return run
+
+
+def unknown_queue(queue: str | None, definition) -> str | None:
+    """A warning when `queue` (given to a start) is neither in DURABLE_QUEUES, nor a registered
+    workflow's own, nor served by a live worker: most likely a typo, and the run would wait for ever."""
+    if queue is None or queue == definition.queue or queue in (conf.get("QUEUES") or {}):
+        return None
+    if any(queue == other.queue for other in registry.definitions()):
+        return None
+    from .. import stats
+
+    if not stats.unserved_queues([queue]):
+        return None
+    known = sorted({*(conf.get("QUEUES") or {}), *(d.queue for d in registry.definitions())})
+    return (f"No live worker serves the queue {queue!r}, and neither DURABLE_QUEUES nor a workflow names it "
+            f"(known queues: {', '.join(known)}): the run waits until a worker takes that queue "
+            f"(durable_worker --queues {queue}).")
 
 
 async def astart(workflow: str | Callable, /, *args: Any, **kwargs: Any) -> WorkflowRun:

@@ -385,8 +385,9 @@ def saga(ctx, release_fails=0, block=None, automatic=False):
     charged = ctx.step("charge", charge, ctx.run_id, 10, compensate=lambda c: refund(ctx.run_id, c))
     ctx.step("reserve", reserve, ctx.run_id, "sku-1",
              compensate=lambda r: release(ctx.run_id, r, release_fails, block))
-    if automatic:
+    if automatic:  # a failure rolls back by itself (compensate_on_failure)
         ctx.step("ship", ship, ctx.run_id)
+        return {"rolled_back": False}
     try:
         ctx.step("ship", ship, ctx.run_id)
     except durable.StepFailed:

@@ -145,6 +145,8 @@ class Command(BaseCommand):
                                      concurrency_key=concurrency_key, by=self.by)
         except TypeError as exc:  # --args not a list, --kwargs not an object
             raise ValueError(str(exc)) from None
+        if getattr(run, "warning", None):
+            self.stderr.write(f"warning: {run.warning}")
         if wait is None:
             self._print_run(run, json)
             return
@@ -186,6 +188,8 @@ class Command(BaseCommand):
         message = services.signal(run_id, name, _json(payload, "--payload"), idempotency_key=idempotency_key,
                                   by=self.by)
         self.stdout.write(f"signal {message.name!r} sent to {message.run_id} (message {message.pk})")
+        if message.warning:
+            self.stderr.write(f"warning: {message.warning}")
 
     def do_retry(self, *, run_id, **_):
         run = services.retry_run(run_id, by=self.by)
@@ -322,6 +326,8 @@ class Command(BaseCommand):
                               + (f"  {summary}" if summary else ""))
             for line in shape_lines(definition.get("shape", []), "    "):
                 self.stdout.write(line)
+            for problem in definition.get("problems", []):
+                self.stdout.write(f"    problem: {problem}")
 
     def do_stats(self, *, json, **_):
         data = stats.summary()
