@@ -973,6 +973,9 @@ class WorkflowEvent(models.Model):
         db_table = "durable_workflow_event"
         ordering = ["run", "at", "id"]
         indexes = [models.Index(fields=["run", "at"], name="durable_event_run")]
+        # Not "workflow events": the sidebar lists "Emitted events" (events for waiting runs) too.
+        verbose_name = "audit trail entry"
+        verbose_name_plural = "audit trail"
 
     def __str__(self) -> str:
         return f"{self.get_type_display()} by {self.actor or 'code'}"

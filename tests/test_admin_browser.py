@@ -92,7 +92,7 @@ def test_an_operator_finds_a_failure_and_cancels_a_waiting_run(browser, live_ser
 
     # Filter the runs to the failed ones and open it.
     browser.find_element(By.CSS_SELECTOR, "#durable-status-table a[href$='status=failed']").click()
-    rows = {row.find_element(By.CSS_SELECTOR, "td.field-workflow").text: row
+    rows = {row.find_element(By.CSS_SELECTOR, "td.field-workflow_name").text: row
             for row in browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")}
     assert set(rows) == {"tests.raises", "tests.showcase"}
     assert "KeyError" in rows["tests.raises"].text and "ValueError" in rows["tests.showcase"].text
@@ -135,7 +135,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_the_admin_reads_right_at_1440_pixels(browser, live_server, django_user_model):
+def test_the_admin_reads_right_at_1400_pixels(browser, live_server, django_user_model):
     """Issue 12: the run list fits, its last error shows; step values need no scroll box; chart labels are whole."""
     from selenium.webdriver.common.by import By
 
@@ -149,8 +149,13 @@ def test_the_admin_reads_right_at_1440_pixels(browser, live_server, django_user_
     drain()
     time.sleep(0.35)
     drain()
+    # Long names without a space, as real projects have them (issue 30: the list scrolled sideways).
+    WorkflowRun.objects.create(
+        workflow="publishing.approve_and_publish_the_page_after_legal_review_and_translation", status="waiting",
+        waiting_on="approval 'legal-review-of-page-1234567890-and-all-of-its-translations'",
+        queue="publishing_with_a_long_queue_name", input='{"args": [], "kwargs": {}}')
     _login(browser, live_server, django_user_model)
-    browser.set_window_size(1440, 900)
+    browser.set_window_size(1400, 900)
     inner = browser.execute_script("return window.innerWidth")
 
     # The overview: every label of its charts inside the chart.
@@ -290,3 +295,47 @@ def test_every_durable_page_draws_its_trail_as_djangos_own_pages_do(browser, liv
         for part in ("tag", "trail", "link", "item", "left"):
             assert ours[part] == django_own[part], (name, part, ours[part], django_own[part])
         assert ours["height"] < 1.5 * django_own["height"], (name, ours, django_own)  # one row, as Django's
+
+
+def test_a_runs_page_draws_progress_as_progress_and_signals_whole(browser, live_server, django_user_model):
+    """Issue 30: a finished run's progress is no 'running' step whose time keeps growing; a signal's payload
+    is read whole (not in a 60 px box cut mid-word) and once encoded in the audit trail; the sidebar tells
+    the audit trail from the emitted events."""
+    from selenium.webdriver.common.by import By
+
+    from tests.testapp.models import Ticket
+
+    django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password")
+    run = durable.start("tests.ticket_flow", Ticket.objects.create(title="jammed").pk)
+    drain()
+    durable.signal(run.pk, "resolved", {"by": "customer", "note": "it works again after a restart"}, by="ops")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    log_in(browser, live_server, "ops", f"/admin/django_durable/workflowrun/{run.pk}/change/")
+    browser.set_window_size(1400, 1000)
+
+    rows = {row.find_element(By.CSS_SELECTOR, "td:nth-child(2) code").text: row
+            for row in browser.find_elements(By.CSS_SELECTOR, "#durable-steps tbody tr")}
+    progress = rows["progress"]
+    assert not progress.find_elements(By.CSS_SELECTOR, ".durable-running, .durable-cancelled"), progress.text
+    assert "1 of 2: triaged" in progress.text
+    assert progress.find_element(By.CSS_SELECTOR, "td:nth-child(7)").text == ""  # no duration that grows
+
+    payload = browser.find_element(By.CSS_SELECTOR, "td.durable-payload")
+    width = browser.execute_script("return arguments[0].getBoundingClientRect().width", payload)
+    assert width >= 180, width
+    value = payload.find_element(By.CSS_SELECTOR, ".durable-value")
+    assert value.text == '{"by": "customer", "note": "it works again after a restart"}'
+    words = browser.execute_script("""
+        const range = document.createRange(), node = arguments[0].firstChild, cut = [];
+        const text = node.textContent;
+        for (const match of text.matchAll(/[^\\s]+/g)) {
+          range.setStart(node, match.index); range.setEnd(node, match.index + match[0].length);
+          if (range.getClientRects().length > 1) cut.push(match[0]);
+        }
+        return cut;""", value)
+    assert words == [], words  # no word broken across lines
+    history = browser.find_element(By.ID, "durable-history").text
+    assert '"payload": {"by": "customer"' in history and '\\"by\\"' not in history
+    sidebar = browser.find_element(By.ID, "nav-sidebar").text
+    assert "Audit trail" in sidebar and "Emitted events" in sidebar and "Workflow events" not in sidebar

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from .. import serialization
 from ..humanize import between, describe_cron, duration, humanize_interval, relative, short_id  # noqa: F401 - the admin's helpers
@@ -97,3 +98,16 @@ def definition_list(rows):
     """<dl> of (label, value) pairs; values are escaped unless already safe."""
     return format_html('<dl class="durable-facts">{}</dl>',
                        format_html_join("", "<dt>{}</dt><dd>{}</dd>", ((k, v) for k, v in rows)))
+
+
+def breakable(text: str):
+    """`text` with a line-break opportunity (<wbr>) after each dot and underscore, escaped."""
+    return mark_safe(re.sub(r"([._])", r"\1<wbr>", escape(text)))
+
+
+def progress_text(text: str | None) -> str:
+    """A ctx.set_progress() entry as people read it: "3 of 10: packing"."""
+    value = serialization.display(text) or {}
+    done, total, message = value.get("done"), value.get("total"), value.get("message")
+    said = f"{done} of {total}" if total is not None else f"{done}"
+    return f"{said}: {message}" if message else said

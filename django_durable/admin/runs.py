@@ -86,7 +86,7 @@ class WorkflowRunAdmin(DurableAdmin):
     # Fits a 1,440-pixel window beside the admin's navigation: what it is doing now is one column
     # (the current step, what it waits for, when it wakes), the queue is a filter, and when it was
     # created and how long it took share one.
-    list_display = ["short_id", "workflow", "status_badge", "now_doing", "created", "last_error"]
+    list_display = ["short_id", "workflow_name", "status_badge", "now_doing", "created", "last_error"]
     list_display_links = ["short_id"]
     # A date filter, not a date hierarchy: the hierarchy lists the distinct days, months or years
     # of the whole table (a scan of every run), the filter is a range on an index.
@@ -142,6 +142,11 @@ class WorkflowRunAdmin(DurableAdmin):
         if re.fullmatch(r"[0-9a-fA-F]{8,12}", term):
             condition |= Q(id__endswith=term.lower())
         return queryset.filter(condition), False
+
+    @admin.display(description="workflow", ordering="workflow")
+    def workflow_name(self, run):
+        """The name, breakable after each dot and underscore: a long one must not widen the list past the window."""
+        return display.breakable(run.workflow)
 
     @admin.display(description="run", ordering="id")
     def short_id(self, run):
@@ -342,6 +347,9 @@ class WorkflowRunAdmin(DurableAdmin):
         now = timezone.now()
         for step in steps:
             step.took = display.duration(display.between(step.started_at, step.finished_at)) if step.started_at else ""
+            if step.kind == Step.Kind.PROGRESS:  # what the run said of itself, last set at started_at
+                step.took, step.progress = "", display.progress_text(step.result)
+                step.result = None  # shown as progress, not as the stored JSON
             step.result_text, step.result_long = display.value_text(step.result) if payloads else ("", False)
             stored = stored_reference(step.result) if payloads else None
             step.result_stored = stored_shown(stored)["stored"] if stored else None
@@ -432,7 +440,7 @@ class WorkflowRunAdmin(DurableAdmin):
     def _signals(self, run, payloads: bool):
         rows = list(SignalMessage.objects.filter(run=run).order_by("-id")[:100])
         for message in rows:
-            message.payload_text = display.pretty_json(message.payload, limit=300)[0] if payloads else ""
+            message.payload_text, message.payload_long = display.value_text(message.payload) if payloads else ("", False)
         return rows
 
     def _history(self, run, payloads: bool):
@@ -446,7 +454,7 @@ class WorkflowRunAdmin(DurableAdmin):
                 failure = (event.data or {}).get("error") if payloads else None
                 detail = f"{detail}: {failure['type'].rpartition('.')[2]}: {failure['message'][:300]}" if failure else detail
             elif payloads and event.data:
-                detail = f"{detail} {serialization.encode(event.data)[:300]}".strip()
+                detail = f"{detail} {serialization.display_text(serialization.encode(event.data))[:300]}".strip()
             entries.append((event.at, event.get_type_display(), event.actor or "code", detail))
         if run.finished_at:
             entries.append((run.finished_at, f"ended {run.status.replace('_', ' ')}", "", ""))
