@@ -21,7 +21,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.db.models import QuerySet
 
 from . import clock, conf, ids, partitioning, registry, serialization, workpool
@@ -74,15 +74,14 @@ def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = N
     with transaction.atomic(using=db):
         schedule = _locked(slug, db)
         if schedule is None:
-            try:
-                with transaction.atomic(using=db):
-                    schedule = Schedule(slug=slug, **fields)
-                    schedule.status = Schedule.Status.PAUSED if enabled is False else Schedule.Status.ACTIVE
-                    schedule.next_fire_at = _next_after(schedule, clock.now())
-                    schedule.save(using=db, force_insert=True)
-                return schedule
-            except IntegrityError:  # another process created it just now
-                schedule = _locked(slug, db)
+            fresh = Schedule(slug=slug, **fields)
+            fresh.status = Schedule.Status.PAUSED if enabled is False else Schedule.Status.ACTIVE
+            fresh.next_fire_at = _next_after(fresh, clock.now())
+            # ON CONFLICT DO NOTHING: workers starting together all sync the declared schedules, and
+            # a failed INSERT is an ERROR line in PostgreSQL's log for an operator who alerts on them.
+            # Whoever inserted it, the row is then locked and brought to this definition below.
+            Schedule.objects.using(db).bulk_create([fresh], ignore_conflicts=True)
+            schedule = _locked(slug, db)
         changed = {name: value for name, value in fields.items() if getattr(schedule, name) != value}
         wanted = schedule.status if enabled is None else Schedule.Status.ACTIVE if enabled else Schedule.Status.PAUSED
         if changed or schedule.status != wanted:

@@ -13,7 +13,7 @@ import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "tests-only"
-DEBUG = False
+DEBUG = os.environ.get("DURABLE_TEST_DEBUG") == "1"  # a worker as `runserver` projects run it (test_quiet_logs)
 USE_TZ = True
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]

@@ -431,7 +431,8 @@ class SchemaView(DurableView, SpectacularAPIView):
             "TITLE": "django-durable", "VERSION": "1", "SERVERS": [{"url": base.rstrip("/") or "/"}],
             "ENUM_NAME_OVERRIDES": {
                 "RunStatusEnum": WorkflowRun.Status.choices, "StepStatusEnum": Step.Status.choices,
-                "ScheduleStatusEnum": Schedule.Status.choices,
+                "ScheduleStatusEnum": Schedule.Status.choices, "StepKindEnum": Step.Kind.choices,
+                "RunKindEnum": ["workflow", "task"],
             },
             "DESCRIPTION": "Durable workflow runs: start, status, cancel, signals, events, results, schedules. "
                            "Errors are {\"error\": {\"code\", \"message\"}} with stable codes.",

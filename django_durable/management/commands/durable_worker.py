@@ -77,9 +77,28 @@ def _configure_logging(verbosity: int) -> None:
     from ...telemetry import JSONFormatter, LogContextFilter, WorkerFormatter
 
     handler = logging.StreamHandler()
+    handler.addFilter(NotPrintedAlready())
     handler.addFilter(LogContextFilter())  # also on the lines of the project's own loggers (its steps)
     handler.setFormatter(JSONFormatter() if conf.get("LOG_FORMAT") == "json" else WorkerFormatter())
     # On the root logger: the lines steps write through their own loggers get the run's context too.
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.WARNING)
     logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+
+
+class NotPrintedAlready(logging.Filter):
+    """Leave out a line that a console handler on its way up has printed already: Django's own
+    "console" handler prints the "django" loggers' lines under DEBUG (django.tasks' among them),
+    and the line then reaches this handler on the root logger too."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        logger = logging.getLogger(record.name)
+        while logger is not None and logger.parent is not None:  # up to, not including, the root
+            for handler in logger.handlers:
+                if (isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+                        and record.levelno >= handler.level and handler.filter(record)):
+                    return False
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        return True
