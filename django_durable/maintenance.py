@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from . import clock, conf, schedules, workpool
+from . import clock, conf, machine, schedules, workpool
 from .engine import alarm
 from .humanize import one_line
 
@@ -157,12 +157,38 @@ class Presence:
                 return
             self.started_at = now
             Worker.objects.using(db).filter(last_seen__lt=clock.now() - self.PRUNE_AFTER).delete()
+            release_dead_neighbours(worker.name, db)  # before this row replaces one of the same name
             Worker.objects.using(db).update_or_create(name=worker.name[:200], defaults=dict(
-                fields, host=socket.gethostname()[:200], pid=os.getpid(), queues=",".join(worker.queues or [])[:500],
-                started_at=now,
+                fields, host=socket.gethostname()[:200], pid=os.getpid(), machine=machine.identity(),
+                queues=",".join(worker.queues or [])[:500], started_at=now,
             ))
         else:
             Worker.objects.using(db).filter(name=worker.name[:200]).update(**fields)
+
+
+def release_dead_neighbours(name: str, db: str) -> int:
+    """Take back at once, fenced, the claims of workers that ran on this machine, in this pid
+    namespace, and whose process is gone (a worker killed and started again); return how many.
+
+    Only what is certain: a worker elsewhere, or whose machine is unknown, keeps its claims until
+    their leases run out. Called by a worker as it starts (named `name`), before it reports itself.
+    """
+    from .models import Worker
+
+    here = machine.identity()
+    if not here:
+        return 0
+    taken = 0
+    for other, pid in (Worker.objects.using(db).filter(machine=here, stopped_at__isnull=True)
+                       .values_list("name", "pid")):
+        if machine.gone(pid):  # this process has not reported itself yet: no row here is its own
+            claims = workpool.release_worker(other, why=f"died: its process {pid} was gone when {name} started "
+                                                        "on the same machine", db=db)
+            if claims:
+                logger.warning("Took back %d claim(s) of worker %s: its process is gone (same machine).",
+                               claims, other)
+            taken += claims
+    return taken
 
 
 def _describe(claim) -> str:

@@ -987,6 +987,8 @@ class Worker(models.Model):
     name = models.CharField(max_length=200, unique=True)
     host = models.CharField(max_length=200)
     pid = models.PositiveIntegerField()
+    machine = models.CharField(max_length=100, blank=True, default="", help_text=(
+        "The kernel's boot id and the pid namespace: a worker that shares them can tell this one's process is gone."))
     queues = models.CharField(max_length=500, blank=True, default="", help_text="Empty: every queue.")
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField()

@@ -501,3 +501,49 @@ def test_the_reloader_passes_one_sigterm_on_once(tmp_path):
             reloader.kill()
             reloader.wait()
     assert sent.read_text().split() == [str(int(signal.SIGTERM))]
+
+
+def test_a_whole_worker_killed_and_started_again_takes_its_runs_back_without_waiting_out_the_lease(
+        start_worker, tmp_path):
+    """Issue 30: the new worker on the same machine and pid namespace knows its predecessor's process is
+    gone (the kernel's boot id and pid namespace, not the host name), and takes its claims back, fenced."""
+    lease = 60.0
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 30, str(reached))
+    env = {"DURABLE_LEASE_SECONDS": str(lease)}
+    first = start_worker(burst=False, env=env)
+    wait_for(reached.exists, message="step b to start")
+    item = WorkItem.objects.get(run=run)
+    token, name = item.claim_token, item.claimed_by
+    wait_for(lambda: Worker.objects.filter(name=name, stopped_at__isnull=True).exists(), message="its row")
+    assert Worker.objects.get(name=name).machine  # Linux: the boot id and pid namespace are known
+    killed = time.monotonic()
+    first.kill()  # SIGKILL: nothing handed back, no row stopped
+    assert first.wait() == -signal.SIGKILL
+    second = start_worker(burst=False, env=env)
+    assert durable.wait(run.pk, timeout=lease / 3) == "done", second.log()  # the old code waited out the lease
+    resumed = time.monotonic() - killed
+    assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}
+    assert WorkItem.objects.get(run=run).claim_token != token
+    row = Worker.objects.get(name=name)
+    assert row.stopped_at is not None and "was gone" in row.current
+    assert f"Took back 1 claim(s) of worker {name}: its process is gone (same machine)." in second.log()
+    print(f"resumed {resumed:.1f} s after the SIGKILL, lease {lease:g} s")
+
+
+def test_a_worker_of_another_machine_is_waited_out(start_worker):
+    """A row whose machine differs (another host, container or boot) keeps its claims: a pid there says nothing."""
+    from django.utils import timezone
+
+    from django_durable import machine, maintenance
+
+    run = durable.start("tests.three_steps", x=1)
+    item = WorkItem.objects.get(run=run)
+    WorkItem.objects.filter(pk=item.pk).update(status="processing", claimed_by="elsewhere:999999",
+                                               claim_expires_at=timezone.now() + timezone.timedelta(hours=1))
+    for name, identity in (("elsewhere:999999", "another-boot/pid:[1]"), ("unknown:999998", "")):
+        Worker.objects.create(name=name, host="elsewhere", pid=int(name.rpartition(":")[2]), machine=identity,
+                              started_at=timezone.now(), last_seen=timezone.now())
+    assert machine.gone(999999)  # on this machine no such process exists, yet the row is not of this machine
+    assert maintenance.release_dead_neighbours("here:1", "default") == 0
+    assert WorkItem.objects.get(pk=item.pk).claimed_by == "elsewhere:999999"
