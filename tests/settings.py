@@ -37,7 +37,11 @@ try:
 except ImportError:
     INSTALLED_APPS.append("django_tasks")
 TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend",
-                     "QUEUES": ["default", "emails", "slow"]}}
+                     "QUEUES": ["default", "emails", "slow"]},
+         # Issue 30: a project whose other tasks go elsewhere routes some to durable workers by name.
+         "durable": {"BACKEND": "django_durable.tasks.DurableBackend"},
+         "elsewhere": {"BACKEND": ("django.tasks.backends.immediate.ImmediateBackend" if "django_tasks" not in INSTALLED_APPS
+                                   else "django_tasks.backends.immediate.ImmediateBackend")}}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -327,3 +327,20 @@ def test_an_operator_retries_a_failed_task_over_http_and_it_runs_again(admin_cli
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, key)
     assert result.worker_ids == ["w-1", "w-2"] and [e.exception_class for e in result.errors] == [ConnectionError]
     assert ledger.count(key, "attempt") == 2
+
+
+def test_only_the_tasks_of_a_named_durable_backend_go_to_durable_workers():
+    """Issue 30 (a Wagtail site): TASKS keeps its default for the project's other tasks; the tasks
+    that name the durable backend are runs, the others never reach a durable worker."""
+    from django_durable.catalog import workflows
+    from tests.testapp.tasks import not_durable, on_named_backend
+
+    result = on_named_backend.enqueue(21)
+    assert result.backend == "durable" and WorkflowRun.objects.filter(pk=result.id).exists()
+    drain()
+    assert on_named_backend.get_result(result.id).return_value == 42
+
+    other = not_durable.enqueue(5)
+    assert other.return_value == 15 and not WorkflowRun.objects.filter(workflow__endswith="not_durable").exists()
+    names = {definition["name"] for definition in workflows(shapes=False)}
+    assert "tests.testapp.tasks.on_named_backend" in names and "tests.testapp.tasks.not_durable" not in names

@@ -98,3 +98,15 @@ def flaky_once(key):
     if ledger.count(key, "attempt") == 1:
         raise ConnectionError("the first run fails")
     return key
+
+
+@task(backend="durable")
+def on_named_backend(x):
+    """On the backend named "durable" beside the default: run by durable workers."""
+    return x * 2
+
+
+@task(backend="elsewhere")
+def not_durable(x):
+    """On another backend (Django's immediate one): durable workers never see it."""
+    return x * 3
