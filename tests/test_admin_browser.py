@@ -255,12 +255,13 @@ TRAIL_STYLE = """
     const link = trail.querySelector('a');
     const pick = (e, names) => Object.fromEntries(names.map(n => [n, getComputedStyle(e)[n]]));
     const box = trail.getBoundingClientRect(), first = link.getBoundingClientRect();
+    const second = trail.querySelectorAll('a')[1].getBoundingClientRect();
     return {tag: trail.tagName,
             trail: pick(trail, ['display', 'paddingLeft', 'paddingTop', 'backgroundColor', 'color', 'fontSize',
                                 'listStyleType', 'marginLeft']),
             link: pick(link, ['color', 'textDecorationLine', 'display']),
             item: link.parentElement === trail ? null : pick(link.parentElement, ['display', 'listStyleType']),
-            left: Math.round(first.left - box.left), height: box.height,
+            left: Math.round(first.left - box.left), height: box.height, gap: second.left - first.right,
             text: trail.innerText.replace(/\\s+/g, ' ').trim()};"""
 
 
@@ -292,6 +293,7 @@ def test_every_durable_page_draws_its_trail_as_djangos_own_pages_do(browser, liv
         browser.get(f"{live_server.url}{path}")
         ours = browser.execute_script(TRAIL_STYLE)
         assert ours["text"].startswith("Home") and expected in ours["text"], (name, ours["text"])
+        assert abs(ours["gap"] - django_own["gap"]) <= 1, (name, ours["gap"], django_own["gap"])  # " › " spacing
         for part in ("tag", "trail", "link", "item", "left"):
             assert ours[part] == django_own[part], (name, part, ours[part], django_own[part])
         assert ours["height"] < 1.5 * django_own["height"], (name, ours, django_own)  # one row, as Django's

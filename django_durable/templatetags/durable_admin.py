@@ -39,8 +39,9 @@ def durable_breadcrumbs(*crumbs):
     links = [(gettext("Home"), reverse("admin:index"))]
     links += list(zip(linked[0::2], linked[1::2], strict=True))
     if admin_trail_is_a_list():
-        items = format_html_join("", "<li>{}</li>", ((_link(label, url),) for label, url in links))
-        return format_html('<ol class="breadcrumbs">{}<li aria-current="page">{}</li></ol>', items, current)
+        # One item a line, as Django writes them: the space between items is part of the look.
+        items = format_html_join("\n", "<li>{}</li>", ((_link(label, url),) for label, url in links))
+        return format_html('<ol class="breadcrumbs">\n{}\n<li aria-current="page">{}</li>\n</ol>', items, current)
     trail = mark_safe(" &rsaquo; ".join(str(_link(label, url)) for label, url in links))
     return format_html('<div class="breadcrumbs">{} &rsaquo; {}</div>', trail, current)
 
