@@ -347,13 +347,13 @@ class WorkflowRunAdmin(DurableAdmin):
         now = timezone.now()
         for step in steps:
             step.took = display.duration(display.between(step.started_at, step.finished_at)) if step.started_at else ""
-            if step.kind == Step.Kind.PROGRESS:  # what the run said of itself, last set at started_at
-                step.took, step.progress = "", display.progress_text(step.result)
-                step.result = None  # shown as progress, not as the stored JSON
             step.result_text, step.result_long = display.value_text(step.result) if payloads else ("", False)
             stored = stored_reference(step.result) if payloads else None
             step.result_stored = stored_shown(stored)["stored"] if stored else None
             step.error_text = display.error_summary(step.error, with_message=payloads, limit=200)
+            if step.kind == Step.Kind.PROGRESS:  # what the run said of itself, last set at started_at
+                step.took, step.progress = "", display.progress_text(step.result)
+                step.result_text, step.result_stored = "", None  # shown as progress, not as its JSON
             step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
             # In a finished run nothing waits or runs any more: a step left so is shown stopped, and
             # only a failed step may be skipped (the run then goes again from there).
