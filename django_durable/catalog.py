@@ -168,3 +168,18 @@ def _field_schema(field) -> dict:
                 schema["nullable"] = True  # OpenAPI 3.0's spelling, as the API's schema uses
             return schema
     return {}
+
+
+def unawaited_signal(workflow: str, name: str) -> str | None:
+    """A warning if `workflow`'s shape never waits for the signal `name` (None if it does, or if
+    the workflow is not registered here): such a signal is kept, in case a later version of the
+    code waits for it, but nothing takes it now."""
+    if registry.find(workflow) is None:
+        return None
+    names, whole = awaited_signals(workflow)
+    if name in names:
+        return None
+    waits = ", ".join(repr(n) for n in names) if names else "no signal"
+    hedge = "" if whole else ", as far as its shape can be found without running it,"
+    return (f"The workflow {workflow!r}{hedge} never waits for a signal {name!r} (it waits for {waits}); "
+            f"the signal is kept in case a later version of the code waits for it.")

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from .. import conf, schedules, services
+from .. import catalog, conf, schedules, services
 from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
@@ -258,7 +258,7 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         message = services.signal(run.pk, name, data.get("payload"), idempotency_key=data.get("idempotency_key"),
                                   by=self.by())
         sent = {"id": message.pk, "run": run.pk, "name": message.name, "created_at": message.created_at,
-                "warning": message.warning}
+                "warning": catalog.unawaited_signal(run.workflow, name)}
         return Response(SignalSentSerializer(sent).data, status=status.HTTP_202_ACCEPTED)
 
     @document(parameters=[OpenApiParameter("wait", OpenApiTypes.NUMBER,

@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from typing import Any
 
 from django.db import transaction
 from django.db.models import DurationField, Exists, OuterRef, Q, Subquery, Value
 
-from .. import catalog, clock, conf, registry, serialization, workpool
+from .. import clock, conf, serialization, workpool
 from ..models import SignalMessage, Step, StoredEvent, WorkflowRun
 from .runs import _run_pk
 from .locks import lock_unfinished
-
-
-logger = logging.getLogger("django_durable")
-
-
-def unawaited_signal(workflow: str, name: str) -> str | None:
-    """A warning if `workflow`'s shape never waits for the signal `name` (None if it does, or if
-    the workflow is not registered here): such a signal is kept, in case a later version of the
-    code waits for it, but nothing takes it now."""
-    if registry.find(workflow) is None:
-        return None
-    names, whole = catalog.awaited_signals(workflow)
-    if name in names:
-        return None
-    waits = ", ".join(repr(n) for n in names) if names else "no signal"
-    hedge = "" if whole else ", as far as its shape can be found without running it,"
-    return (f"The workflow {workflow!r}{hedge} never waits for a signal {name!r} (it waits for {waits}); "
-            f"the signal is kept in case a later version of the code waits for it.")
 
 
 def _check_name(name, what: str) -> None:
@@ -47,8 +28,8 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
     nothing. Raise WorkflowNotFound for an unknown run, RunFinished for a finished one (nothing
     is stored then), NotSerializable or PayloadTooLarge for a payload that cannot be stored.
     With `by` (who sent it by hand), the signal goes into the run's audit trail. A name the run's
-    workflow never waits for is stored all the same, with a warning logged and set as the
-    message's `warning` (unawaited_signal()).
+    workflow never waits for is stored all the same (django_durable.catalog.unawaited_signal()
+    says so).
     """
     _check_name(name, "signal")
     pk = _run_pk(run_id)
@@ -70,9 +51,7 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
             shown = serialization.display(text) if len(text) <= 4000 else text[:4000] + "…"  # JSON, not its text
             audit.record(pk, WorkflowEvent.Type.SIGNAL_SENT, by=by, message=f"Signal {name!r}",
                          data={"name": name, "payload": shown, "message": message.pk}, db=db)
-    message.warning = unawaited_signal(run.workflow, name)  # shown by the REST API and the command line
-    if message.warning:
-        logger.warning("Signal %r sent to run %s: %s", name, pk, message.warning)
+    message.workflow = run.workflow  # for catalog.unawaited_signal(), which the API and the CLI ask
     return message
 
 

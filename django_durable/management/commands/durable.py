@@ -22,7 +22,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_durable import conf, schedules, serialization, services, stats
+from django_durable import catalog, conf, schedules, serialization, services, stats
 from django_durable.exceptions import (
     DurableError,
     InvalidTransition,
@@ -188,8 +188,9 @@ class Command(BaseCommand):
         message = services.signal(run_id, name, _json(payload, "--payload"), idempotency_key=idempotency_key,
                                   by=self.by)
         self.stdout.write(f"signal {message.name!r} sent to {message.run_id} (message {message.pk})")
-        if message.warning:
-            self.stderr.write(f"warning: {message.warning}")
+        warning = catalog.unawaited_signal(message.workflow, name)
+        if warning:
+            self.stderr.write(f"warning: {warning}")
 
     def do_retry(self, *, run_id, **_):
         run = services.retry_run(run_id, by=self.by)
