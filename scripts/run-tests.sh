@@ -21,7 +21,7 @@ scripts/ensure-chromium.sh
 
 status=0
 echo "=== django-durable tests on SQLite ==="
-env -u DURABLE_TEST_DATABASE_URL timeout -k 60 "$SUITE_LIMIT" "$PY" -m pytest "$@" || status=$?
+env -u DURABLE_TEST_DATABASE_URL timeout -k 60 "$SUITE_LIMIT" "$PY" -m pytest --durations=25 "$@" || status=$?
 
 url=${DURABLE_TEST_DATABASE_URL:-}
 if [ -z "$url" ]; then
@@ -29,7 +29,7 @@ if [ -z "$url" ]; then
   url=$(scripts/pg-server.sh start "$pg_dir") || { echo "could not start PostgreSQL" >&2; exit 1; }
 fi
 echo "=== django-durable tests on PostgreSQL ($url) ==="
-DURABLE_TEST_DATABASE_URL=$url timeout -k 60 "$SUITE_LIMIT" "$PY" -m pytest "$@" || status=$?
+DURABLE_TEST_DATABASE_URL=$url timeout -k 60 "$SUITE_LIMIT" "$PY" -m pytest --durations=25 "$@" || status=$?
 
 echo "=== the documentation site (mkdocs build --strict) ==="
 scripts/build-docs.sh || status=$?
