@@ -1,6 +1,7 @@
 """Parallel branches, child workflows and compensation, in-process."""
 
 import datetime as dt
+import uuid
 
 import pytest
 
@@ -375,3 +376,71 @@ def test_a_held_child_gets_a_cancel_request_when_its_parent_fails():
     advance(held)  # its worker knew nothing yet, but its item was flagged to come back...
     drain()
     assert WorkflowRun.objects.get(pk=kid.pk).status == "cancelled"  # ...and it ended at the next claim
+
+
+@durable.workflow("tests.composition.awaits_approval_child")
+def awaits_approval_child(ctx):
+    try:
+        return ctx.child("kid", "tests.approval")
+    except durable.ChildFailed as failure:
+        return {"child failed": failure.message}
+
+
+def _poison(run_pk, settings):
+    """As if the run's worker had died on it DURABLE_MAX_DELIVERIES times: claimed, its lease over."""
+    from django_durable import workpool
+
+    claim = workpool.claim(worker="doomed", queues=None, db="default")
+    assert claim.run_id == run_pk
+    WorkItem.objects.filter(pk=claim.item_id).update(attempts=settings.DURABLE_MAX_DELIVERIES,
+                                                      claim_expires_at="2000-01-01T00:00:00Z")
+    assert workpool.reap(db="default") == 1
+
+
+def test_a_child_failed_as_poison_wakes_its_waiting_parent_with_child_failed(settings):
+    """Issue 31: the reaper's ending is every ending: the parent waiting on the child is woken."""
+    run = durable.start(awaits_approval_child)
+    drain()
+    kid = children_of(run)["kid"]
+    durable.signal(kid.pk, "approved", {"by": "ann"})  # the child is ready again, and its worker dies
+    _poison(kid.pk, settings)
+    assert WorkflowRun.objects.get(pk=kid.pk).status == "failed"
+    drain()
+    parent = run_of(run)
+    assert parent.status == "completed" and "worker was lost" in parent.get_result()["child failed"]
+
+
+def test_a_run_failed_as_poison_has_its_timers_cancelled(settings):
+    from django_durable.models import Timer
+
+    run = durable.start("tests.approval", timeout=3600)  # a signal wait with a timeout: a timer
+    drain()
+    assert Timer.objects.filter(run=run, status="pending").count() == 1
+    durable.signal(run.pk, "other")
+    _poison(run.pk, settings)
+    assert run_of(run).status == "failed"
+    assert Timer.objects.filter(run=run, status="pending").count() == 0
+
+
+def test_a_task_failed_as_poison_is_failed_and_finished_once(settings):
+    from tests.testapp.tasks import echo
+    try:
+        from django.tasks import TaskResultStatus
+        from django.tasks.signals import task_finished
+    except ImportError:
+        from django_tasks import TaskResultStatus
+        from django_tasks.signals import task_finished
+
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(task_result.status)
+
+    task_finished.connect(receiver)
+    try:
+        result = echo.enqueue(1)
+        _poison(uuid.UUID(result.id), settings)
+    finally:
+        task_finished.disconnect(receiver)
+    assert echo.get_result(result.id).status == TaskResultStatus.FAILED
+    assert finished == [TaskResultStatus.FAILED]

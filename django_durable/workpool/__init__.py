@@ -540,18 +540,20 @@ def _fail_poison(db, item_id, run_id, attempts, claimed_by, step_key) -> None:
         f"{conf.get('MAX_DELIVERIES')})."
     )
     changed = WorkItem.objects.using(db).expired().filter(id=item_id).free(Status.FAILED, last_error=message)
+    run = None
     if changed and run_id is not None:
-        failed = WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
-            status=RunStatus.FAILED,
-            error=serialization.dumps_error(WorkerLost(message)),
-            finished_at=clock.db_now(),
-            updated_at=clock.db_now(),
-            waiting_on="",
-        )
-        if failed:
-            announce_end([run_id], db=db)
-            cancelling.cancel_descendants(cancelling.lock_descendants(run_id, db),
-                                          why=f"Its parent run {run_id} failed: its worker was lost.", db=db)
+        # The item is locked (reap()): no worker or operator can end the run meanwhile.
+        run = WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL) \
+            .only("pk", "workflow", "parent_id").first()
+    if run is not None:
+        # Ended as every other ending does (cancelling.end_run): its timers cancelled, its parent
+        # woken (it may wait for this child), its waiters told, run_failed (and a task's
+        # task_finished) sent after commit; its branches not started and its children with it.
+        cancelling.cancel_branches(run.pk, db)
+        cancelling.end_run(run, RunStatus.FAILED, serialization.dumps_error(WorkerLost(message)), db,
+                           wake_parent=True)
+        cancelling.cancel_descendants(cancelling.lock_descendants(run.pk, db),
+                                      why=f"Its parent run {run.pk} failed: its worker was lost.", db=db)
     logger.error("Run %s failed: %s", run_id, message)
 
 
