@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from . import conf, registry
 
 
@@ -54,22 +52,19 @@ def _function(definition):
     return definition.fn.task.func if definition.kind == "task" else definition.fn
 
 
-@lru_cache(maxsize=1024)
 def _described(name: str) -> dict:
-    """durable.describe() of a workflow, once per process (the code does not change under it)."""
+    """durable.describe() of a workflow (its code is run once per process: describe() keeps it)."""
     from .engine.describe import describe
 
     return describe(name)
 
 
-def _shape(name: str) -> list[dict]:
-    return _described(name)["shape"]
-
-
-def awaited_signals(name: str) -> tuple[list[str], bool]:
+def awaited_signals(name: str) -> tuple[list[str], bool] | None:
     """The signal names a workflow's shape waits for (sorted), and whether the shape is whole (no
     ``stop`` where the describing run could not go on): a name outside a whole shape's is never taken
-    by this code."""
+    by this code. None for a workflow not registered in this process."""
+    if registry.find(name) is None:
+        return None
     names, whole = set(), True
 
     def walk(nodes):
@@ -82,7 +77,7 @@ def awaited_signals(name: str) -> tuple[list[str], bool]:
             for branch in node.get("branches", []):
                 walk(branch.get("shape", []))
 
-    walk(_shape(name))
+    walk(_described(name)["shape"])
     return sorted(names), whole
 
 
@@ -174,9 +169,10 @@ def unawaited_signal(workflow: str, name: str) -> str | None:
     """A warning if `workflow`'s shape never waits for the signal `name` (None if it does, or if
     the workflow is not registered here): such a signal is kept, in case a later version of the
     code waits for it, but nothing takes it now."""
-    if registry.find(workflow) is None:
+    awaited = awaited_signals(workflow)
+    if awaited is None:
         return None
-    names, whole = awaited_signals(workflow)
+    names, whole = awaited
     if name in names:
         return None
     waits = ", ".join(repr(n) for n in names) if names else "no signal"

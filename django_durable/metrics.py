@@ -141,6 +141,9 @@ class DurableCollector:
                                 value=in_back_off.count())
 
 
+SCRAPER = "metrics-token"  # request.auth of a caller that gave DURABLE_METRICS_TOKEN
+
+
 class MetricsToken(BaseAuthentication):
     """``Authorization: Bearer <DURABLE_METRICS_TOKEN>``, for Prometheus' scrape config."""
 
@@ -211,5 +214,4 @@ class NotInstalled(APIException):
     default_detail = "Install prometheus-client to serve metrics (pip install django-durable-workflows[prometheus])."
 
 
-SCRAPER = "metrics-token"
 metrics_view = MetricsView.as_view()

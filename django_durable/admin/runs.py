@@ -503,7 +503,7 @@ class WorkflowRunAdmin(DurableAdmin):
             if current is not None and self.can_see_payloads(request):
                 initial["result"] = display.pretty_json(current, limit=None)[0]
         form_kwargs = {"keys": keys} if spec.form is forms.StepForm else {}
-        if spec.form is forms.SignalForm and registry.find(run.workflow) is not None:
+        if spec.form is forms.SignalForm:
             form_kwargs = {"awaited": catalog.awaited_signals(run.workflow)}
         if request.method == "POST":
             form = spec.form(request.POST, **form_kwargs)

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
-from .display import duration
+from .display import duration, progress_text
 
 WIDTH = 960
 LABEL = 230
@@ -127,14 +127,10 @@ def _told(step, y: float, at: float) -> str:
     """A note or the run's progress: a diamond at the moment it was said, its words as the label."""
     from .. import serialization
 
-    told = serialization.decode(step.result) or {}
     if step.kind == "log":
-        text = told.get("message", "")
+        text = (serialization.decode(step.result) or {}).get("message", "")
     else:
-        done, total = told.get("done"), told.get("total")
-        text = f"progress {done}" + (f" of {total}" if total is not None else "")
-        if told.get("message"):
-            text += f": {told['message']}"
+        text = f"progress {progress_text(step.result)}"
     half = (ROW - 8) / 2
     middle = y + 3 + half
     return (_label(y, text) + f'<path d="M{at:.1f},{middle - half:.1f} L{at + half:.1f},{middle:.1f} '

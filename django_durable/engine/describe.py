@@ -19,6 +19,7 @@ import datetime as dt
 import inspect
 import threading
 import uuid
+from functools import lru_cache
 from typing import NamedTuple
 
 from .. import registry
@@ -120,7 +121,7 @@ class Recorder:
         self.problems: list[Problem] = []  # what a run of this shape would fail on
         self._counters: dict[str, int] = {}
         self._uses: dict[str, str] = {}  # key -> what took it, on the path being described
-        self._guesses_before = 0
+        self._guesses_before = getattr(_guesses, "count", 0)
 
     def _use(self, key, what: str) -> None:
         """Take `key` for `what`, as a run would: the same key taken twice is a clash the run would
@@ -307,7 +308,8 @@ def _run(recorder: Recorder, call) -> None:
 
 def problems(workflow) -> list[Problem]:
     """What a run of `workflow` would fail on, found in its shape (see describe())."""
-    return _record(registry.get(workflow))[1].problems
+    definition = registry.get(workflow)
+    return [] if definition.kind == "task" else _recorded(definition.fn, definition.name).problems
 
 
 def describe(workflow) -> dict:
@@ -320,25 +322,26 @@ def describe(workflow) -> dict:
     is a ``call``) and what is known of it. No step, branch or child runs: see this module's docstring for what a shape can and
     cannot show.
     """
-    definition, recorder = _record(registry.get(workflow))
+    definition = registry.get(workflow)
     if definition.kind == "task":  # one call of the task's function, retried as a whole
         function = definition.fn.task.func
         return {"workflow": definition.name, "kind": "task", "description": inspect.getdoc(function) or "",
                 "shape": [{"type": "call", "function": _name(function)}], "problems": []}
+    recorder = _recorded(definition.fn, definition.name)
     return {"workflow": definition.name, "kind": definition.kind, "description": inspect.getdoc(definition.fn) or "",
             "shape": recorder.nodes, "problems": [problem.message for problem in recorder.problems]}
 
 
-def _record(definition) -> tuple:
-    """(definition, the Recorder that ran its code); a task's recorder records nothing."""
-    recorder = Recorder(definition.name)
-    if definition.kind == "task":
-        return definition, recorder
-    fn = getattr(definition.fn, "__wrapped__", definition.fn)
-    arguments = _stand_ins(fn)
-    recorder._guesses_before = getattr(_guesses, "count", 0)
-    _run(recorder, lambda: call_workflow(fn, recorder, arguments["args"], arguments["kwargs"]))
-    return definition, recorder
+@lru_cache(maxsize=1024)
+def _recorded(fn, name: str) -> Recorder:
+    """The Recorder that ran the workflow function `fn` once: a process's code does not change under
+    it, so the system checks, the catalog, the admin and the API share one recording (keyed by the
+    function, so a workflow registered anew under the same name is recorded anew)."""
+    recorder = Recorder(name)
+    code = getattr(fn, "__wrapped__", fn)
+    arguments = _stand_ins(code)
+    _run(recorder, lambda: call_workflow(code, recorder, arguments["args"], arguments["kwargs"]))
+    return recorder
 
 
 def _stand_ins(fn) -> dict:

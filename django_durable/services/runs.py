@@ -114,27 +114,23 @@ def start_run(
             run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
                              priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
             audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
-    warning = unknown_queue(queue, definition)
+    warning = unknown_queue(queue)
     if warning:
         run.warning = warning  # shown by the REST API and the command line
         logger.warning("Run %s of %s: %s", run.pk, definition.name, warning)
     return run
 
 
-def unknown_queue(queue: str | None, definition) -> str | None:
+def unknown_queue(queue: str | None) -> str | None:
     """A warning when `queue` (given to a start) is neither in DURABLE_QUEUES, nor a registered
     workflow's own, nor served by a live worker: most likely a typo, and the run would wait for ever."""
-    if queue is None or queue == definition.queue or queue in (conf.get("QUEUES") or {}):
-        return None
-    if any(queue == other.queue for other in registry.definitions()):
-        return None
     from .. import stats
 
-    if not stats.unserved_queues([queue]):
+    known = {*(conf.get("QUEUES") or {}), *(definition.queue for definition in registry.definitions())}
+    if queue is None or queue in known or not stats.unserved_queues([queue]):
         return None
-    known = sorted({*(conf.get("QUEUES") or {}), *(d.queue for d in registry.definitions())})
     return (f"No live worker serves the queue {queue!r}, and neither DURABLE_QUEUES nor a workflow names it "
-            f"(known queues: {', '.join(known)}): the run waits until a worker takes that queue "
+            f"(known queues: {', '.join(sorted(known))}): the run waits until a worker takes that queue "
             f"(durable_worker --queues {queue}).")
 
 
