@@ -16,8 +16,9 @@ from typing import Any
 
 from django.db import transaction
 
-from . import clock, conf, partitioning
-from .models import SignalMessage, Step, WorkflowRun, WorkItem
+from . import conf, partitioning
+from .models import SignalMessage, Step, WorkflowRun
+from .workpool.runs import advance_item
 
 FORMAT = "django-durable-run/1"
 
@@ -85,11 +86,7 @@ def load_run(data: dict | str, *, run_id=None) -> WorkflowRun:
             SignalMessage(run_id=pk, **{field: _typed(field, value) for field, value in message.items()
                                         if field in _MESSAGE_FIELDS})
             for message in data.get("messages", []))
-        WorkItem.objects.using(db).create(
-            kind=WorkItem.Kind.ADVANCE, run_id=pk, queue=run.queue, priority=run.priority,
-            concurrency_key=run.concurrency_key or "",
-            status=WorkItem.Status.PENDING if unfinished else WorkItem.Status.COMPLETED,
-            available_at=clock.db_now())
+        advance_item(run, ready=unfinished).save(using=db, force_insert=True)
     return WorkflowRun.objects.using(db).get(pk=pk)
 
 

@@ -123,10 +123,19 @@ class WorkflowRunQuerySet(models.QuerySet):
                       if status not in WorkflowRun.TERMINAL and status != WorkflowRun.Status.BLOCKED]
         return self.filter(status__in=unfinished).filter(condition)
 
-    def back_to_pending(self) -> int:
-        """The runs of these that a worker was advancing wait for the next one (their item was freed)."""
-        return self.filter(status=WorkflowRun.Status.RUNNING).update(
-            status=WorkflowRun.Status.PENDING, updated_at=clock.db_now()
+    def back_to_pending(self, *, waiting_on: str = "", from_statuses=None, **fields) -> int:
+        """These runs wait for their next advance (``pending``); return how many moved.
+
+        The one way a run goes back to pending: by default a run a worker was advancing, whose
+        item was freed (a lost lease, a released claim, code the worker lacks); `from_statuses`
+        names others (a blocked run resumed, a finished run restarted), `waiting_on` says what it
+        waits for, and `fields` are set with it (what a restart resets). The caller makes its
+        advance item ready (WorkItemQuerySet.requeue, end) in the same transaction; the
+        PostgreSQL twin is queries.RELEASE (a worker handing its run back).
+        """
+        statuses = (WorkflowRun.Status.RUNNING,) if from_statuses is None else tuple(from_statuses)
+        return self.filter(status__in=statuses).update(
+            status=WorkflowRun.Status.PENDING, waiting_on=waiting_on, updated_at=clock.db_now(), **fields
         )
 
 

@@ -24,10 +24,10 @@ from croniter import croniter
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
-from . import clock, conf, ids, partitioning, registry, serialization, workpool
+from . import clock, conf, ids, registry, serialization, workpool
 from .exceptions import DurableError
 from .models import Schedule, WorkflowRun
-from .workpool.runs import create_run
+from .workpool.runs import NewRun, create_run, insert_ready
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -256,7 +256,7 @@ def _due_fire_times(schedule: Schedule, now: dt.datetime, grace: dt.timedelta) -
 
 def _start_runs(starts: list[tuple[Schedule, dt.datetime]], db: str) -> int:
     """Create the runs of these fire times, each once: their ids are derived from the fire time."""
-    rows = []
+    ready = []
     for schedule, fire_time in starts:
         definition = registry.get(schedule.workflow)
         run_id = _run_id(schedule, fire_time)
@@ -266,44 +266,13 @@ def _start_runs(starts: list[tuple[Schedule, dt.datetime]], db: str) -> int:
                        queue=schedule.queue or None, run_id=run_id, idempotency_key=key)
             continue
         # The input is built from the schedule's args and kwargs, which are our JSON already.
-        rows.append((run_id, definition.name, f'{{"args":{schedule.args},"kwargs":{schedule.kwargs}}}',
-                     definition.max_attempts, schedule.queue or definition.queue, definition.priority, key,
-                     fire_time))
-    if rows:
-        _insert_runs(rows, db)
+        ready.append(NewRun(run_id, definition.name, f'{{"args":{schedule.args},"kwargs":{schedule.kwargs}}}',
+                            definition.max_attempts, schedule.queue or definition.queue, definition.priority,
+                            idempotency_key=key, scheduled_at=fire_time))
+    # A fire time another worker (or an earlier attempt) started already is skipped: each starts once.
+    insert_ready(ready, db, skip_existing=True, notify=False)
     workpool.notify(db)
     return len(starts)
-
-
-def _insert_runs(rows, db: str) -> None:
-    """Insert runs and their work items in two statements. A conflict means another worker (or an
-    earlier attempt) started that fire time already: it is skipped, so each starts once."""
-    connection = connections[db]
-    pg = connection.vendor == "postgresql"
-    now = clock.now_sql(connection.vendor)
-    run_fields = [WorkflowRun._meta.get_field(name) for name in ("id", "workflow", "input", "max_attempts", "queue",
-                                                                 "priority", "idempotency_key", "scheduled_at", "id_time")]
-    casts = ["::uuid", "", "", "", "", "", "", "::timestamptz", "::timestamptz"] if pg else [""] * 9
-    run_row = "(" + ", ".join(f"%s{cast}" for cast in casts) + f", 'pending', '', 1, {now}, {now})"
-    item_row = f"(%s{'::uuid' if pg else ''}, 'advance', '', '', '', %s, %s, 'pending', {now}, 0, false, '', '', {now})"
-    run_params, item_params = [], []
-    for row in rows:
-        row = (*row, partitioning.runs.key(row[0], db))  # its partition, where runs are partitioned
-        run_params.extend(f.get_db_prep_value(v, connection) for f, v in zip(run_fields, row))
-        item_params.extend((run_fields[0].get_db_prep_value(row[0], connection), row[4], row[5]))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO durable_workflow_run (id, workflow, input, max_attempts, queue, priority, idempotency_key, "
-            "scheduled_at, id_time, status, waiting_on, attempt, created_at, updated_at) "
-            f"VALUES {', '.join([run_row] * len(rows))} ON CONFLICT DO NOTHING",
-            run_params,
-        )
-        cursor.execute(
-            'INSERT INTO durable_work_item (run_id, kind, step_key, "group", function, queue, priority, status, '
-            "available_at, attempts, wake, claimed_by, last_error, created_at) "
-            f"VALUES {', '.join([item_row] * len(rows))} ON CONFLICT DO NOTHING",
-            item_params,
-        )
 
 
 def next_due_in(*, db: str) -> float | None:

@@ -34,9 +34,9 @@ def drain(*, queues: list[str] | None = None, max_items: int = 10_000, worker: s
         # Like a worker: the statement that ends one item claims the next.
         chain = lambda: request if done + 1 < max_items else None  # noqa: E731
         if claim.kind == WorkItem.Kind.ADVANCE:
-            advance(claim, then=chain)
+            advance(claim, chain=chain)
         elif claim.kind == WorkItem.Kind.STEP:
-            run_branch(claim, then=chain)
+            run_branch(claim, chain=chain)
         done += 1
         claim = claim.next_claim
     return done

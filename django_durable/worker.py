@@ -23,6 +23,7 @@ from .engine.replay import advance
 from .interrupts import DatabaseUnavailable, LeaseLost
 from .maintenance import Maintenance
 from .models import WorkflowRun, WorkItem
+from .workpool import Outcome
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -109,7 +110,7 @@ class Worker:
         finally:
             if self._next is not None:  # claimed while the stop request arrived: hand it back
                 try:
-                    workpool.release(self._next, run_status="pending")
+                    workpool.release(self._next, run_status=WorkflowRun.Status.PENDING)
                 except DB_ERRORS:
                     close_connection(self.db)
                 self._next = None
@@ -179,18 +180,18 @@ class Worker:
         try:
             try:
                 if claim.kind == WorkItem.Kind.ADVANCE:
-                    outcome = advance(claim, should_stop=self._stopping.is_set, then=self._chain)
+                    outcome = advance(claim, should_stop=self._stopping.is_set, chain=self._chain)
                 elif claim.kind == WorkItem.Kind.STEP:
-                    outcome = run_branch(claim, then=self._chain)
+                    outcome = run_branch(claim, chain=self._chain)
                 else:
                     raise ValueError(f"Work item {claim.item_id} has kind {claim.kind!r}, which this worker cannot run.")
             except LeaseLost:
                 # Whatever kind of item, wherever the engine noticed: the claim is gone, so
                 # this worker writes nothing more for it and goes on with other work.
-                claim.lost, outcome = True, "lost"
-            if outcome == "lost":
+                claim.lost, outcome = True, Outcome.LOST
+            if outcome == Outcome.LOST:
                 report_lost(claim, self.name, "abandoned it")
-            elif outcome == "deferred":
+            elif outcome == Outcome.DEFERRED:
                 self._declined[claim.item_id] = time.monotonic() + 2 * workpool.missing_code_delay()
         except DB_ERRORS as exc:
             if refused(exc):
@@ -200,7 +201,7 @@ class Worker:
             # rather than after the lease; the release is fenced, so it is safe to try.
             close_connection(self.db)
             try:
-                workpool.release(claim, run_status="pending")
+                workpool.release(claim, run_status=WorkflowRun.Status.PENDING)
             except DB_ERRORS:
                 close_connection(self.db)
             raise
@@ -258,7 +259,7 @@ class Worker:
         claim = self.current_claim()
         if claim is not None:
             try:
-                if workpool.release(claim, run_status="pending"):
+                if workpool.release(claim, run_status=WorkflowRun.Status.PENDING):
                     logger.warning("Worker %s released run %s mid-step (%s).", self.name, claim.run_id, why)
             except Exception:  # noqa: BLE001 - ending anyway; the lease covers a failed release
                 logger.exception("Worker %s could not release run %s.", self.name, claim.run_id)

@@ -35,6 +35,7 @@ def main() -> None:
     from django_durable.exceptions import SubjectBusy
     from django_durable.models import Schedule, Step, StoredPayload, WorkflowEvent, WorkflowRun, WorkItem
     from django_durable.workpool import postgres, queries
+    from django_durable.workpool.rows import ClaimParams
     from tests.testapp import ledger
     from tests.testapp.models import Ticket
 
@@ -212,8 +213,7 @@ def main() -> None:
     #    which PostgreSQL leaves the others out of before it starts: as the worker sends it,
     #    prepared, with a plan made once.
     pending = durable.start("tests.five_steps")
-    ctes, select, params, _ = postgres._claim_parts(worker="explain", queues=None, db=connection.alias,
-                                                    token=uuid.uuid4(), lease=30)
+    ctes, select, params, _ = postgres._claim_parts(ClaimParams("explain", None, connection.alias, uuid.uuid4(), 30))
     assert runs_table not in ctes + select, "the claim's statement reads the runs"
     state = postgres._fill(queries.RUN_STATE, entry=postgres._ENTRY, message=postgres._MESSAGE, child=postgres._CHILD)
     key = partitioning.runs.key(pending.pk)

@@ -1,7 +1,6 @@
 """Parallel branches, child workflows and compensation, in-process."""
 
 import datetime as dt
-import uuid
 
 import pytest
 
@@ -422,25 +421,4 @@ def test_a_run_failed_as_poison_has_its_timers_cancelled(settings):
     assert Timer.objects.filter(run=run, status="pending").count() == 0
 
 
-def test_a_task_failed_as_poison_is_failed_and_finished_once(settings):
-    from tests.testapp.tasks import echo
-    try:
-        from django.tasks import TaskResultStatus
-        from django.tasks.signals import task_finished
-    except ImportError:
-        from django_tasks import TaskResultStatus
-        from django_tasks.signals import task_finished
-
-    finished = []
-
-    def receiver(sender, task_result, **kwargs):
-        finished.append(task_result.status)
-
-    task_finished.connect(receiver)
-    try:
-        result = echo.enqueue(1)
-        _poison(uuid.UUID(result.id), settings)
-    finally:
-        task_finished.disconnect(receiver)
-    assert echo.get_result(result.id).status == TaskResultStatus.FAILED
-    assert finished == [TaskResultStatus.FAILED]
+# A poisoned task's run: test_endings.py::test_a_tasks_run_ends_with_task_finished_once[by_poison-FAILED].

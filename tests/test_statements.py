@@ -10,6 +10,7 @@ and read the diff before committing it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import os
@@ -20,7 +21,8 @@ import pytest
 
 import django_durable as durable
 from django_durable.journal import StepRecord
-from django_durable.workpool import postgres
+from django_durable.workpool import postgres, runs
+from django_durable.workpool.rows import ClaimParams, ClaimRow
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -61,42 +63,49 @@ def _statements() -> list[tuple[str, str, int]]:
         nothing_ready = (None,) * 18
         if "durable_workflow_run (id" in sql:  # a start
             return (1, at, at), 1
-        return ((1, "completed", *nothing_ready) if "fence" in sql else nothing_ready), 1
+        if "given AS (" in sql:  # the run of an item just claimed (partitioned runs)
+            return (None,) * 9, 1
+        # An ending: the fence held, its outcomes (at most three), then the claim's columns.
+        return ((1, "completed", None, None, *nothing_ready) if "fence" in sql else nothing_ready), 1
 
-    then = {"worker": "w", "queues": None, "db": "default", "token": uuid.UUID(int=3), "lease": 30.0, "avoid": ()}
+    params = ClaimParams("w", None, "default", uuid.UUID(int=3), 30.0)
     at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     shapes = [
-        ("claim", lambda: postgres.claim(**then)),
+        ("claim", lambda: postgres.claim(params)),
         ("claim from some queues, not the items just declined",
-         lambda: postgres.claim(**dict(then, queues=["emails", "default"], avoid=(5, 6)))),
+         lambda: postgres.claim(dataclasses.replace(params, queues=["emails", "default"], avoid=(5, 6)))),
         ("record a step while it runs", lambda: postgres.record_steps(_Claim, [_record()])),
         ("record a wait that consumes a signal", lambda: postgres.record_steps(_Claim, [_record("approved", 9)])),
         ("finish a run", lambda: postgres.finish_run(_Claim, status="completed", result="1", error=None,
                                                      records=[_record()])),
         ("finish a run and claim the next item", lambda: postgres.finish_run(
-            _Claim, status="completed", result="1", error=None, records=[_record()], then=then)),
+            _Claim, status="completed", result="1", error=None, records=[_record()], next_claim=params)),
         ("hand a run back to wait, with a timer and two parallel branches", lambda: postgres.release(
             _Claim, run_status="waiting", waiting_on="sleep", requeue=False, records=[_record()],
             timers=[("sleep", "nap", at)], items=[("a", "g", "m.f", "[]"), ("b", "g", "m.f", "[]")], notify=False)),
         ("hand a run back to the queue and claim the next item", lambda: postgres.release(
             _Claim, run_status="pending", waiting_on="", requeue=True, records=[], timers=[], items=[],
-            notify=True, then=then)),
+            notify=True, next_claim=params)),
         ("finish a branch", lambda: postgres.finish_branch(
-            _Claim, _record(), group="g", failed=False, fail_fast=False, then=then)),
+            _Claim, _record(), group="g", failed=False, fail_fast=False, next_claim=params)),
         ("finish a failed branch of a fail-fast group", lambda: postgres.finish_branch(
-            _Claim, _record(), group="g", failed=True, fail_fast=True, then=then)),
+            _Claim, _record(), group="g", failed=True, fail_fast=True, next_claim=params)),
         ("queue a branch again after its back-off", lambda: postgres.retry_branch(_Claim, _record(), retry_at=at)),
-        ("claim from a limited queue (DURABLE_QUEUES)", lambda: _limited(lambda: postgres.claim(**then))),
+        ("claim from a limited queue (DURABLE_QUEUES)", lambda: _limited(lambda: postgres.claim(params))),
         ("finish a run and claim the next item from a limited queue", lambda: _limited(lambda: postgres.finish_run(
-            _Claim, status="completed", result="1", error=None, records=[], then=then))),
+            _Claim, status="completed", result="1", error=None, records=[], next_claim=params))),
         ("start a run", lambda: durable.start("tests.three_steps", x=1)),
         ("start many runs", lambda: durable.start_many("tests.three_steps", [{"x": 1}, {"x": 2}])),
+        ("start a schedule's fire times, each once", lambda: runs.insert_ready(
+            [runs.NewRun(uuid.UUID(int=4), "tests.three_steps", "{}", 1, "default", 0, idempotency_key="s:t",
+                         scheduled_at=at)], "default", skip_existing=True, notify=False)),
     ]
     from django_durable import partitioning
 
     if partitioning.runs.layout() is not None:  # a claim's item first, then its run
+        claimed = ClaimRow._make((7, "advance", uuid.UUID(int=1), "", 1, at, *(None,) * 12))
         shapes.append(("read the run of the item just claimed", lambda: postgres.run_state(
-            "default", 7, uuid.UUID(int=2), "w", uuid.UUID(int=1), "advance", "")))
+            "default", claimed, uuid.UUID(int=2), "w")))
     statements = []
     real, postgres.execute = postgres.execute, execute
     try:

@@ -13,6 +13,7 @@ from .. import conf, faults, serialization, signals, telemetry, workpool
 from ..exceptions import Cancelled, NonRetryableError, StepTimeout
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..retry import RetryPolicy
+from ..workpool import Outcome
 from . import asyncs
 from .alarm import Alarm
 from .composition import current_step, resolve
@@ -33,16 +34,20 @@ class BranchSession:
         return self.claim.db_now()
 
 
-def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
-    """Run the branch of `claim` once (an attempt), and record what came of it; return that."""
+def run_branch(claim: workpool.Claim, chain: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> Outcome:
+    """Run the branch of `claim` once (an attempt), and record what came of it; return that.
+
+    `chain()` says what to claim next in the statement that records it (see replay.advance).
+    """
     if claim.run is None:  # its run finished meanwhile: nothing to do for it
-        workpool.finish_branch(claim, _record(claim, {}, "failed", None, _error(RuntimeError("run finished")), 1),
-                               failed=True, fail_fast=False, then=then())
-        return "run finished"
+        if not workpool.finish_branch(claim, _record(claim, {}, "failed", None, _error(RuntimeError("run finished")),
+                                                     1), failed=True, fail_fast=False, then=chain()):
+            return Outcome.LOST
+        return Outcome.ALREADY_FINISHED
     session = BranchSession(claim)
     spec, fn, policy, problem = _load(claim)
     if fn is None and problem is None:
-        return _missing_function(claim, spec, policy, then)
+        return _missing_function(claim, spec, policy, chain)
     entry = claim.run.journal[0] if claim.run.journal else None
     attempt = 1
     deadline = None
@@ -52,9 +57,9 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         record = _record(claim, spec, entry.status, entry.result, entry.error, entry.attempts)
         failed = entry.status == "failed"
         fail_fast = failed and not spec.get("return_exceptions", False)
-        if not _write(workpool.finish_branch, claim, record, failed=failed, fail_fast=fail_fast, then=then()):
-            return "lost"
-        return "replayed"
+        if not _write(workpool.finish_branch, claim, record, failed=failed, fail_fast=fail_fast, then=chain()):
+            return Outcome.LOST
+        return Outcome.REPLAYED
     if entry is not None and entry.status == "retrying":
         attempt = entry.attempts + 1
     elif entry is not None and entry.status == "running":
@@ -65,7 +70,7 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
                 f"its worker did not survive it."
             )
     if problem is not None:
-        return _failed(claim, spec, policy, attempt, problem, session.now(), then, deadline)
+        return _failed(claim, spec, policy, attempt, problem, session.now(), chain, deadline)
     timeout = spec.get("timeout")
     started = session.now()
     try:
@@ -76,9 +81,9 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         if not claim.alive():
             # Paused (GC, SIGSTOP, a partition) past the lease since the claim: another worker
             # may hold the branch now, so this one must not start it.
-            return "lost"
+            return Outcome.LOST
     except LeaseLost:
-        return "lost"
+        return Outcome.LOST
     except DatabaseError as exc:
         raise DatabaseUnavailable(str(exc)) from exc
     if faults.active:
@@ -97,13 +102,13 @@ def run_branch(claim: workpool.Claim, then: Callable[[], workpool.ClaimRequest |
         text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",
                                     max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=claim.run_id)
     except Exception as exc:
-        return _failed(claim, spec, policy, attempt, exc, started, then, deadline)
+        return _failed(claim, spec, policy, attempt, exc, started, chain, deadline)
     record = _record(claim, spec, "completed", text, _earlier(claim), attempt, started, deadline)
-    if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=then()):
-        return "lost"
+    if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=chain()):
+        return Outcome.LOST
     signals.send(signals.step_completed, claim.run.workflow, run_id=claim.run_id, key=claim.step_key,
                  result=serialization.replayed(value, text), attempts=attempt)
-    return "completed"
+    return Outcome.COMPLETED
 
 
 def _load(claim):
@@ -122,11 +127,11 @@ def _load(claim):
     return spec, fn, policy, None  # fn None: this worker does not have it
 
 
-def _missing_function(claim, spec, policy, then) -> str:
+def _missing_function(claim, spec, policy, chain) -> Outcome:
     """This worker does not have the branch's function: leave it for one that has, or fail it after the grace."""
     name = claim.function.replace(":", ".")
     outcome = workpool.defer_missing(claim, f"branch function {name!r}")
-    if outcome != "expired":
+    if outcome != Outcome.MISSING:
         return outcome
     exc = NonRetryableError(
         f"The branch's function {name!r} is not loaded in any worker that claimed "
@@ -135,10 +140,10 @@ def _missing_function(claim, spec, policy, then) -> str:
     )
     entry = claim.run.journal[0] if claim.run.journal else None
     attempt = entry.attempts if entry is not None and entry.status == "running" else 1
-    return _failed(claim, spec, policy, attempt, exc, claim.db_now(), then)
+    return _failed(claim, spec, policy, attempt, exc, claim.db_now(), chain)
 
 
-def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> str:
+def _failed(claim, spec, policy, attempt, exc, started, chain, deadline=None) -> Outcome:
     error = _error(exc, attempt=attempt, earlier=_earlier(claim))
     signal_args = {"run_id": claim.run_id, "key": claim.step_key, "error": serialization.decode(error),
                    "attempt": attempt}
@@ -149,18 +154,18 @@ def _failed(claim, spec, policy, attempt, exc, started, then, deadline=None) -> 
         delay = policy.delay(exc, attempt)
         retry_at = claim.db_now() + dt.timedelta(seconds=delay)
         record = _record(claim, spec, "retrying", None, error, attempt, started, deadline, retry_at=retry_at)
-        if not _write(workpool.retry_branch, claim, record, retry_at=retry_at, then=then()):
-            return "lost"
+        if not _write(workpool.retry_branch, claim, record, retry_at=retry_at, then=chain()):
+            return Outcome.LOST
         log_attempt(claim.run_id, claim.step_key, attempt, policy, error, delay)
         signals.send(signals.step_failed, claim.run.workflow, will_retry=True, **signal_args)
-        return "retrying"
+        return Outcome.RETRYING
     record = _record(claim, spec, "failed", None, error, attempt, started, deadline)
     fail_fast = not spec.get("return_exceptions", False)
-    if not _write(workpool.finish_branch, claim, record, failed=True, fail_fast=fail_fast, then=then()):
-        return "lost"
+    if not _write(workpool.finish_branch, claim, record, failed=True, fail_fast=fail_fast, then=chain()):
+        return Outcome.LOST
     log_attempt(claim.run_id, claim.step_key, attempt, policy, error, None)
     signals.send(signals.step_failed, claim.run.workflow, will_retry=False, **signal_args)
-    return "failed"
+    return Outcome.FAILED
 
 
 def _write(end, claim, record, **kwargs) -> bool:

@@ -23,6 +23,7 @@ from ..interrupts import (
 )
 from ..models import WorkflowEvent, WorkflowRun
 from ..services import audit
+from ..workpool import Outcome, endings
 from ..workpool.runs import create_run
 from . import asyncs
 from .alarm import Alarm
@@ -56,7 +57,8 @@ class Session:
         self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
         self.alarm = Alarm(self)
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
-        self.then: Callable[[], workpool.ClaimRequest | None] = lambda: None
+        # What to claim in the statement that ends this advance (see advance()).
+        self.chain: Callable[[], workpool.ClaimRequest | None] = lambda: None
         self.rolling_back = False  # compensations run even after a cancel request
         self.event_waits: dict[str, tuple] = {}  # event waits this advance began: key -> (name, match, since)
         self._children = {str(c.id): (c.status, c.result, c.error) for c in (claim.run.children if claim.run else [])}
@@ -266,25 +268,26 @@ def _latest(records: list) -> list:
 
 
 def advance(claim: workpool.Claim, should_stop: Callable[[], bool] = lambda: False,
-            then: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> str:
+            chain: Callable[[], workpool.ClaimRequest | None] = lambda: None) -> Outcome:
     """Run the workflow of `claim`'s run as far as it can go; return what became of the run.
 
-    `then` says what to claim next in the statement that ends this advance (None: nothing);
+    `chain()` says what to claim next in the statement that ends this advance (None: nothing);
     the new claim is left in ``claim.next_claim``.
     """
     run = claim.run
     if run is None:
         # Finished (or deleted) while the wakeup was queued: free the item, change nothing.
-        workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None, then=then())
-        return "already finished"
+        if workpool.finish_run(claim, status=RunStatus.COMPLETED, result=None, error=None, then=chain()) is None:
+            return Outcome.LOST
+        return Outcome.ALREADY_FINISHED
     with telemetry.run_span(claim.run_id, run.workflow, telemetry.traceparent_of(run.input), attempt=run.attempt,
                             delivery=claim.attempts):
-        return _advance(claim, run, should_stop, then)
+        return _advance(claim, run, should_stop, chain)
 
 
-def _advance(claim, run, should_stop, then) -> str:
+def _advance(claim, run, should_stop, chain) -> Outcome:
     session = Session(claim, run.workflow, should_stop)
-    session.then = then
+    session.chain = chain
     definition = registry.find(run.workflow)
     if run.cancel_requested and not (definition and definition.compensate_on_cancel):
         return _finish(claim, run, RunStatus.CANCELLED, session=session)
@@ -320,9 +323,9 @@ def _advance(claim, run, should_stop, then) -> str:
     except Suspend as suspend:
         return _wait(claim, session, suspend)
     except Preempted:
-        return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
+        return _released(claim)
     except LeaseLost:
-        return "lost"
+        return Outcome.LOST
     except RunTimedOut:
         return _timed_out(claim, run, session)
     except CancelRequested:
@@ -359,19 +362,24 @@ def _call(definition, context: Context, args, kwargs):
     return value
 
 
-def _wait(claim, session, suspend) -> str:
+def _wait(claim, session, suspend) -> Outcome:
     """Hand the run back, waiting, with its new records, timers and branches in one fenced write."""
     records = session.take_pending()
     if not workpool.release(claim, run_status=RunStatus.WAITING, waiting_on=suspend.waiting_on,
-                            records=records, timers=suspend.timers, items=suspend.items, then=session.then()):
-        return "lost"
+                            records=records, timers=suspend.timers, items=suspend.items, then=session.chain()):
+        return Outcome.LOST
     session.committed(records)
     if session.event_waits:
         session.look_again_for_events()
-    return "waiting"
+    return Outcome.WAITING
 
 
-def _block(claim, run, session, exc: NonDeterminismError) -> str:
+def _released(claim) -> Outcome:
+    """The worker is stopping: hand the run back, ready at once for another worker."""
+    return Outcome.RELEASED if workpool.release(claim, run_status=RunStatus.PENDING) else Outcome.LOST
+
+
+def _block(claim, run, session, exc: NonDeterminismError) -> Outcome:
     """The code now differs from the run's journal: hold the run for an operator (``blocked``).
 
     Its journal keeps what this advance recorded before the difference; nothing is failed,
@@ -382,8 +390,8 @@ def _block(claim, run, session, exc: NonDeterminismError) -> str:
     records = session.take_pending()
     reason = f"a fix of the code: {exc}"
     if not workpool.release(claim, run_status=RunStatus.BLOCKED, waiting_on=reason, records=records,
-                            then=session.then()):
-        return "lost"
+                            then=session.chain()):
+        return Outcome.LOST
     session.committed(records)
     logger.error("Run %s of %s is blocked, held for an operator: %s", claim.run_id, run.workflow, exc)
     try:
@@ -391,33 +399,27 @@ def _block(claim, run, session, exc: NonDeterminismError) -> str:
     except DatabaseError as error:  # the run is held either way; only the trail misses it
         logger.warning("Run %s: its blocking was not written to its audit trail (%s).", claim.run_id, error)
     signals.send(signals.run_blocked, run.workflow, run_id=claim.run_id, reason=str(exc))
-    return "blocked"
+    return Outcome.BLOCKED
 
 
-def _finish(claim, run, status, *, result=None, error=None, session=None) -> str:
+def _finish(claim, run, status, *, result=None, error=None, session=None) -> Outcome:
+    """End the run `status`, fenced (workpool.finish_run: the one ending, which also sends its signal)."""
     records = session.take_pending() if session else []
-    then = session.then() if session else None
-    final = workpool.finish_run(claim, status=status, result=result, error=error, records=records, then=then)
+    final = workpool.finish_run(claim, status=status, result=result, error=error, records=records,
+                                then=session.chain() if session else None,
+                                committed=(lambda: session.committed(records)) if session else None)
     if final is None:
-        return "lost"
-    if session:
-        session.committed(records)
+        return Outcome.LOST
+    if final == endings.UNCHANGED:
+        return Outcome.ALREADY_FINISHED
     if final in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
     else:
         logger.error("Run %s of %s ended %s: %s", claim.run_id, run.workflow, final, serialization.error_line(error))
-    if final == RunStatus.COMPLETED:
-        if signals.listened(signals.run_completed, run.workflow):
-            signals.send(signals.run_completed, run.workflow, run_id=claim.run_id, result=serialization.decode(result))
-    elif final == RunStatus.CANCELLED:
-        signals.send(signals.run_cancelled, run.workflow, run_id=claim.run_id)
-    else:
-        signals.send(signals.run_failed, run.workflow, run_id=claim.run_id, status=final,
-                     error=serialization.decode(error))
-    return final
+    return Outcome(final)
 
 
-def _compensate(claim, run, session, context, status, error=None) -> str:
+def _compensate(claim, run, session, context, status, error=None) -> Outcome:
     """Roll the run back (durably, resuming where an earlier advance stopped), then end it `status`."""
     try:
         context.rollback()
@@ -426,19 +428,19 @@ def _compensate(claim, run, session, context, status, error=None) -> str:
     except CompensationFailed as failed:
         return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
     except Preempted:
-        return "released" if workpool.release(claim, run_status=RunStatus.PENDING) else "lost"
+        return _released(claim)
     except LeaseLost:
-        return "lost"
+        return Outcome.LOST
     except RunTimedOut:
         return _timed_out(claim, run, session)
     return _finish(claim, run, status, error=error, session=session)
 
 
-def _missing_workflow(claim, run, session) -> str:
+def _missing_workflow(claim, run, session) -> Outcome:
     """This worker does not have the run's workflow: leave it for one that has, or fail it after the grace."""
     what = f"workflow {run.workflow!r}"
     outcome = workpool.defer_missing(claim, what)
-    if outcome != "expired":
+    if outcome != Outcome.MISSING:
         return outcome
     grace = conf.get("MISSING_CODE_GRACE_SECONDS")
     exc = WorkflowNotFound(
@@ -448,7 +450,7 @@ def _missing_workflow(claim, run, session) -> str:
     return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc, with_traceback=False), session=session)
 
 
-def _timed_out(claim, run, session) -> str:
+def _timed_out(claim, run, session) -> Outcome:
     deadline = session.deadline
     exc = WorkflowTimeout(f"The run passed its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC (the workflow's timeout).")
     return _finish(claim, run, RunStatus.TIMED_OUT, error=_error_text(exc, with_traceback=False), session=session)
@@ -470,7 +472,7 @@ def _retried(exc: Exception, definition) -> bool:
     return policy.retries(exc, 0)  # attempt 0: the run's max_attempts counts, not the policy's
 
 
-def _retry_run(claim, run, session, exc, definition) -> str:
+def _retry_run(claim, run, session, exc, definition) -> Outcome:
     """The workflow function raised with attempts left: go again from the last checkpoint."""
     policy = definition.retry or retry.from_setting(conf.get("DEFAULT_RETRY"))
     retry_at = session.now() + dt.timedelta(seconds=policy.delay(exc, run.attempt))
@@ -479,12 +481,12 @@ def _retry_run(claim, run, session, exc, definition) -> str:
     if not workpool.retry_run(claim, retry_at=retry_at, error=error, records=records,
                               waiting_on=f"retry of the run (attempt {run.attempt + 1} of {run.max_attempts}) "
                                          f"at {retry_at:%Y-%m-%d %H:%M:%S} UTC"):
-        return "lost"
+        return Outcome.LOST
     session.committed(records)
     logger.warning("Run %s of %s: attempt %d of %d failed (%s); it goes again from its last checkpoint at %s UTC.",
                    claim.run_id, run.workflow, run.attempt, run.max_attempts,
                    serialization.error_line(error), f"{retry_at:%H:%M:%S}")
-    return "retrying"
+    return Outcome.RETRYING
 
 
 def _error_text(exc: BaseException, *, with_traceback: bool = True) -> str:

@@ -13,12 +13,12 @@ import uuid
 from django.db import IntegrityError, transaction
 
 from .. import clock, conf, ids, registry, serialization, workpool
-from ..workpool import cancelling, evidence
+from ..workpool import endings, evidence, locking
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import audit
 from .locks import lock_run, lock_unfinished
-from ..workpool.runs import create_run, set_deadline
+from ..workpool.runs import advance_item, create_run, set_deadline
 from .runs import _run_pk, get_run
 
 Status = WorkflowRun.Status
@@ -43,15 +43,14 @@ def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> Workf
     db = conf.get("DATABASE")
     error = serialization.dumps_error(Cancelled(reason or "The run was cancelled."))
     with transaction.atomic(using=db):
-        descendants = cancelling.lock_descendants(pk, db)
+        descendants = locking.lock_descendants(pk, db)
         run = lock_run(pk, db)
         if run.status == Status.CANCELLED:
             return run
         if run.status in WorkflowRun.TERMINAL:
             raise RunFinished(pk, run.status)
         audit.record(pk, EventType.CANCELLED, by=by, message=reason or "", db=db)
-        cancelling.cancel_run(run, error, db, wake_parent=True)
-        cancelling.cancel_descendants(descendants, why=f"Its parent run {pk} was cancelled.", db=db)
+        endings.cancel_run(run, error, db, descendants=descendants)
     run.refresh_from_db()
     return run
 
@@ -68,13 +67,12 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
     db = conf.get("DATABASE")
     error = serialization.dumps_error(ForcedFailure(reason or "An operator forced the run to fail."))
     with transaction.atomic(using=db):
-        descendants = cancelling.lock_descendants(pk, db)
+        descendants = locking.lock_descendants(pk, db)
         run = lock_unfinished(pk, db)
         audit.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
         _take_item(pk, db, WorkItem.Status.COMPLETED)
-        cancelling.cancel_branches(pk, db)
-        cancelling.end_run(run, Status.FAILED, error, db, wake_parent=True)
-        cancelling.cancel_descendants(descendants, why=f"Its parent run {pk} was forced to fail.", db=db)
+        endings.end_run(pk, Status.FAILED, db=db, error=error, descendants=descendants,
+                        why=f"Its parent run {pk} was forced to fail.")
     run.refresh_from_db()
     return run
 
@@ -150,7 +148,6 @@ def restart(run: WorkflowRun, db: str) -> None:
     """
     evidence.keep(run.pk, attempt=run.attempt, status=run.status, error=run.error, finished_at=run.finished_at,
                   worker=run.last_worker, db=db)
-    now = clock.db_now()
     # Under either id a child may have (ids.child_id, or the UUIDv5 of builds before 2026-11-25).
     unfinished_children = [
         child
@@ -161,11 +158,11 @@ def restart(run: WorkflowRun, db: str) -> None:
     # What did not complete runs again; a parallel group is made again, and its branches that
     # completed are counted off without running (see run_branch).
     Step.objects.using(db).filter(run_id=run.pk).exclude(status=Step.Status.COMPLETED).delete()
-    cancelling.cancel_branches(run.pk, db)
-    cancelling.cancel_timers(run.pk, db)
-    WorkflowRun.objects.using(db).filter(pk=run.pk).update(
-        status=Status.PENDING, result=None, error=None, finished_at=None, waiting_on="", cancel_requested_at=None,
-        attempt=1, deadline_at=None, updated_at=now,
+    endings.cancel_branches(run.pk, db)
+    endings.cancel_timers(run.pk, db)
+    WorkflowRun.objects.using(db).filter(pk=run.pk).back_to_pending(
+        from_statuses=RETRYABLE, result=None, error=None, finished_at=None, cancel_requested_at=None, attempt=1,
+        deadline_at=None,
     )
     definition = registry.find(run.workflow)
     if definition is not None and definition.timeout is not None:
@@ -197,13 +194,9 @@ def retry_rollback(run_id, *, by: str | None = None) -> WorkflowRun:
             )
         audit.record(pk, EventType.ROLLBACK_RETRIED, by=by, db=db)
         Step.objects.using(db).filter(run_id=pk, kind=Step.Kind.ROLLBACK, status=Step.Status.FAILED).delete()
-        now = clock.db_now()
-        WorkflowRun.objects.using(db).filter(pk=pk).update(
-            status=Status.PENDING, finished_at=None, waiting_on="", updated_at=now
-        )
-        WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).update(
-            status=WorkItem.Status.PENDING, available_at=now, attempts=0, wake=False
-        )
+        WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending(
+            from_statuses=[Status.COMPENSATION_FAILED], finished_at=None)
+        _take_item(pk, db, WorkItem.Status.PENDING)
         workpool.notify(db)
     run.refresh_from_db()
     return run
@@ -288,11 +281,8 @@ def _give_advance_back(run: WorkflowRun, db: str) -> None:
     """Queue the locked, unfinished `run`'s advance, ready now; the run waits for it (pending)."""
     advance = WorkItem.objects.using(db).filter(run_id=run.pk, kind=WorkItem.Kind.ADVANCE)
     if not advance.requeue(step_key=""):
-        WorkItem.objects.using(db).create(
-            kind=WorkItem.Kind.ADVANCE, run_id=run.pk, queue=run.queue, priority=run.priority,
-            concurrency_key=run.concurrency_key, status=WorkItem.Status.PENDING, available_at=clock.db_now())
-    WorkflowRun.objects.using(db).filter(pk=run.pk, status__in=[Status.RUNNING, Status.BLOCKED]).update(
-        status=Status.PENDING, waiting_on="", updated_at=clock.db_now())
+        advance_item(run).save(using=db, force_insert=True)  # lost (a row deleted by hand): made again
+    WorkflowRun.objects.using(db).filter(pk=run.pk).back_to_pending(from_statuses=[Status.RUNNING, Status.BLOCKED])
     workpool.notify(db)
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ..exceptions import RunFinished, WorkflowNotFound
 from ..models import WorkflowRun
-from ..workpool import cancelling
+from ..workpool import locking
 
 
 def lock_run(pk, db: str) -> WorkflowRun:
     """Lock the run's work item, then the run (the workers' order); return the run or raise WorkflowNotFound."""
-    run = cancelling.lock_run(pk, db)
+    run = locking.lock_run(pk, db)
     if run is None:
         raise WorkflowNotFound(f"No workflow run has the id {str(pk)!r}.")
     return run

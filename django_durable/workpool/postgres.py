@@ -20,7 +20,8 @@ from .. import queues as durable_queues
 from ..journal import STEP_COLUMNS, UPSERT, UPSERT_PARTITIONED
 from ..models import WorkflowRun, WorkItem
 from . import queries
-from .rows import Child, Claimed, Entry, Message
+from .endings import UNCHANGED
+from .rows import Child, ClaimParams, Claimed, ClaimRow, Entry, Message, RunColumns
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(WorkflowRun.TERMINAL))
 
@@ -220,32 +221,32 @@ def _pick(queues, db, avoid=(), limits=(), ending=0) -> tuple[str, list]:
     return sql, [ending if param is _ENDING else param for param in params] if limits else params
 
 
-def _claim_parts(*, worker, queues, db, token, lease, avoid=(), exclude=(), ending=0) -> tuple[str, str, list, list]:
-    """queries.CLAIM_CTES and CLAIM_SELECT filled in, their parameters, and the limited queues
-    whose turns the claim takes (_execute_claim); `exclude` are the conditions on the claimed item
-    `w` of the items changed by the CTEs this claim follows, and `ending` the item they end (which
-    no longer counts against its queue's limits)."""
-    limits = tuple(durable_queues.served(queues))
-    pick_sql, pick_params = _pick(queues, db, avoid, limits, ending)
+def _claim_parts(params: ClaimParams, exclude=(), ending=0) -> tuple[str, str, list, list]:
+    """queries.CLAIM_CTES and CLAIM_SELECT filled in for `params`, their parameters, and the limited
+    queues whose turns the claim takes (_execute_claim); `exclude` are the conditions on the claimed
+    item `w` of the items changed by the CTEs this claim follows, and `ending` the item they end
+    (which no longer counts against its queue's limits)."""
+    limits = tuple(durable_queues.served(params.queues))
+    pick_sql, pick_params = _pick(params.queues, params.db, params.avoid, limits, ending)
     rates = [limit for limit in limits if limit.rate is not None]
-    key = (pick_sql, exclude, bool(rates), partitioning.layout(db), partitioning.runs.layout(db))
+    key = (pick_sql, exclude, bool(rates), partitioning.layout(params.db), partitioning.runs.layout(params.db))
     if key not in _claim_sql_cache:  # the same few shapes, filled in once each (per layout of the tables)
         chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
         rated = _fill(queries.CLAIM_RATE) if rates else ""
         if len(_claim_sql_cache) > 64:
             _claim_sql_cache.clear()
         # Where runs are partitioned, the claim takes the item alone; RUN_STATE then reads its run.
-        apart = partitioning.runs.layout(db) is not None
+        apart = partitioning.runs.layout(params.db) is not None
         claim_run = "" if apart else _fill(queries.CLAIM_RUN)
         select = queries.CLAIM_ITEM_SELECT if apart else queries.CLAIM_SELECT
         _claim_sql_cache[key] = (_fill(queries.CLAIM_CTES, pick=pick_sql, chain_guard=chain_guard, rated=rated,
                                        claim_run=claim_run),
                                  _fill(select, entry=_ENTRY, message=_MESSAGE, child=_CHILD))
     ctes, select = _claim_sql_cache[key]
-    params = [*pick_params, token, worker, lease]
+    values = [*pick_params, params.token, params.worker, params.lease]
     if rates:
-        params += [[limit.name for limit in rates], [limit.interval for limit in rates]]
-    return ctes, select, params, [limit.name for limit in limits]
+        values += [[limit.name for limit in rates], [limit.interval for limit in rates]]
+    return ctes, select, values, [limit.name for limit in limits]
 
 
 def _execute_claim(db: str, sql: str, params, turns: list[str]):
@@ -288,45 +289,39 @@ def _roll_back(raw) -> None:
         pass  # a broken connection: Django closes and replaces it
 
 
-def _claimed(row, db: str, token, worker: str) -> Claimed | None:
+def _claimed(row: tuple | None, params: ClaimParams) -> Claimed | None:
     """The claim statement's row, named (None: nothing was ready). Where runs are partitioned, the
     row has the item alone: its run is read by RUN_STATE (None too if the claim is gone already)."""
-    from . import RunState
-
-    if row is None or row[0] is None:
+    if row is None:
         return None
-    if partitioning.runs.layout(db) is not None:
-        state = run_state(db, row[0], token, worker, row[2], row[1], row[3])
-        if state is None:
+    claimed = ClaimRow._make(row)
+    if claimed.item_id is None:
+        return None
+    if partitioning.runs.layout(params.db) is not None:
+        run = run_state(params.db, claimed, params.token, params.worker)
+        if run is None:
             return None
-        row = (*row[:6], *state, *row[15:18])
-    item_id, kind, run_id, step_key, attempts, db_now, workflow, *state, journal, messages, children = row[:15]
-    run = None
-    if workflow is not None:
-        run = RunState(workflow, *state,
-                       [Entry._make(entry) for entry in journal or ()],
-                       [Message._make(message) for message in messages or ()],
-                       [Child._make(child) for child in children or ()])
-    return Claimed(item_id, kind, run_id, step_key, attempts, db_now, run, *row[15:18])
+        claimed = claimed.with_run(run)
+    return claimed.claimed()
 
 
-def claim(*, worker, queues, db, token, lease, avoid=()) -> Claimed | None:
-    ctes, select, params, turns = _claim_parts(worker=worker, queues=queues, db=db, token=token, lease=lease,
-                                               avoid=avoid)
-    row = _execute_claim(db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), params, turns)[0]
-    return _claimed(row, db, token, worker)
+def claim(params: ClaimParams) -> Claimed | None:
+    ctes, select, values, turns = _claim_parts(params)
+    row = _execute_claim(params.db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), values, turns)[0]
+    return _claimed(row, params)
 
 
-def run_state(db: str, item_id: int, token, worker: str, run_id, kind: str, step_key: str) -> tuple | None:
-    """Where runs are partitioned: the run of the item just claimed, as CLAIM_SELECT's run columns
-    (queries.RUN_STATE, which also marks an advanced run `running`), or None if the claim is gone."""
-    id_time = partitioning.runs.key(run_id, db)
+def run_state(db: str, claimed: ClaimRow, token, worker: str) -> RunColumns | None:
+    """Where runs are partitioned: the run of the item just claimed (queries.RUN_STATE, which also
+    marks an advanced run `running`), or None if the claim is gone."""
+    id_time = partitioning.runs.key(claimed.run_id, db)
     key = partitioning.layout(db)
     sql = _run_state_sql.get(key)
     if sql is None:
         sql = _run_state_sql[key] = _fill(queries.RUN_STATE, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
-    row, count = execute(db, sql, [item_id, token, worker[:200], run_id, kind, step_key, id_time, id_time, id_time])
-    return row if count else None
+    row, count = execute(db, sql, [claimed.item_id, token, worker[:200], claimed.run_id, claimed.kind,
+                                   claimed.step_key, id_time, id_time, id_time])
+    return RunColumns._make(row) if count else None
 
 
 def _values(claim, records) -> tuple[str, list]:
@@ -380,52 +375,60 @@ def _end(item_status_sql: str, claim, records, timers, items=(), available_at=No
     return sql, params
 
 
-def finish_run(claim, *, status, result, error, records, then=None):
-    """Record the outcome, fenced; return (the status the run ended with, or None if the claim is
-    lost; the next claim's row, when `then` asked for one in the same statement)."""
+def finish_run(claim, *, status, result, error, records, next_claim: ClaimParams | None = None):
+    """The run's end by its worker (queries.FINISH_RUN, the twin of endings.record_end), fenced.
+
+    Return (the status the run ended with, UNCHANGED if it had ended before, or None if the claim
+    is lost; the next claim, when `next_claim` asked for one in the same statement).
+    """
     sql, params = _end("'completed'", claim, records, ())
     sql += _fill(queries.FINISH_RUN)
     params.extend([status, result, error, *given_run(claim.run_id)])
-    fenced, final, next_row = _with_claim(claim, sql, params, queries.FINISH_RUN_OUTCOMES, then,
-                                          exclude=queries.FINISH_RUN_TOUCHES)
-    return ((final or status) if fenced == 1 else None), next_row
+    fenced, final, claimed = _with_claim(claim, sql, params, queries.FINISH_RUN_OUTCOMES, next_claim,
+                                         exclude=queries.FINISH_RUN_TOUCHES)
+    if not fenced:
+        return None, claimed
+    return final or UNCHANGED, claimed
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify, then=None):
-    """Hand the run back, fenced; return (whether the fence held, the next claim's row or None)."""
+def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify,
+            next_claim: ClaimParams | None = None):
+    """Hand the run back, fenced; return (whether the fence held, the next claim or None)."""
     item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
     sql, params = _end(item_status, claim, records, timers, items)
     sql += _fill(queries.RELEASE)
     params.extend([run_status, waiting_on, *given_run(claim.run_id)])
     outcomes = queries.RELEASE_OUTCOMES + ((queries.RELEASE_NOTIFY,) if notify or items else ())
-    fenced, _, next_row = _with_claim(claim, sql, params, outcomes, then)
-    return fenced == 1, next_row
+    fenced, _, claimed = _with_claim(claim, sql, params, outcomes, next_claim)
+    return fenced, claimed
 
 
-def _with_claim(claim, sql, params, outcomes, then, exclude=()) -> tuple[int, object, Claimed | None]:
-    """Run the CTEs in `sql` (which end `claim`), then (with `then`) claim the next item in the
-    same statement.
+def _with_claim(claim, sql, params, outcomes, next_claim: ClaimParams | None,
+                exclude=()) -> tuple[bool, object, Claimed | None]:
+    """Run the CTEs in `sql` (which end `claim`), then (with `next_claim`) claim the next item in
+    the same statement.
 
-    Return the fence's count, the first of `outcomes`, and the next claim's row (or None).
+    Return whether the fence held, the first of `outcomes`, and the next claim (or None).
     `exclude`: SQL conditions on the claimed item `w` for the items the CTEs change, which
     the claim must not take.
     """
     db = claim.db
-    if then is None:
+    if next_claim is None:
         row = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
-        return row[0], row[1], None
-    ctes, select, claim_params, turns = _claim_parts(**then, exclude=exclude, ending=claim.item_id)
+        return row[0] == 1, row[1], None
+    ctes, select, claim_params, turns = _claim_parts(next_claim, exclude=exclude, ending=claim.item_id)
     statement = queries.ENDED_AND_CLAIMED.format(ctes=sql, outcomes=", ".join(outcomes),
                                                  claim_ctes=ctes, claim_select=select)
     row = _execute_claim(db, statement, [*params, *claim_params], turns)[0]
-    return row[0], row[1], _claimed(row[1 + len(outcomes):], db, then["token"], then["worker"])
+    # The row: whether the fence held, the outcomes, then the claim's columns (ClaimRow) last.
+    return row[0] == 1, row[1], _claimed(row[-len(ClaimRow._fields):], next_claim)
 
 
-def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
+def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimParams | None = None):
     """Record a branch's outcome and count it off its group, fenced; wake the run when the group
     is done (or, failing fast, at once, cancelling the group's branches not started yet).
 
-    Return (whether the fence held, the next claim's row or None).
+    Return (whether the fence held, the next claim or None).
     """
     sql, params = _end("'completed'", claim, [record], ())
     sql += _fill(queries.FINISH_BRANCH)
@@ -433,12 +436,12 @@ def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
     touched = queries.FINISH_BRANCH_TOUCHES
     if failed and fail_fast:
         touched += queries.FINISH_BRANCH_TOUCHES_FAIL_FAST
-    fenced, _, next_row = _with_claim(claim, sql, params, queries.FINISH_BRANCH_OUTCOMES, then, exclude=touched)
-    return fenced == 1, next_row
+    fenced, _, claimed = _with_claim(claim, sql, params, queries.FINISH_BRANCH_OUTCOMES, next_claim, exclude=touched)
+    return fenced, claimed
 
 
-def retry_branch(claim, record, *, retry_at, then=None):
+def retry_branch(claim, record, *, retry_at, next_claim: ClaimParams | None = None):
     """Record a branch's failed attempt and queue it again for `retry_at`, fenced."""
     sql, params = _end("'pending'", claim, [record], (), available_at=retry_at)
-    fenced, _, next_row = _with_claim(claim, sql, params, ("0",), then)
-    return fenced == 1, next_row
+    fenced, _, claimed = _with_claim(claim, sql, params, ("0",), next_claim)
+    return fenced, claimed

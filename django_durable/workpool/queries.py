@@ -334,17 +334,20 @@ FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
 
 # -- starting runs ----------------------------------------------------------------------------------
 
-# start() and start_many(): runs and their advance items, ready now, in one statement (one round
-# trip; its own commit, or part of the caller's transaction). {runs} is START_ONE or START_MANY.
-# Only for runs with no idempotency key, delay, deadline or parent: those take runs.create_run's
-# general path. {notify} wakes idle workers. The timestamps of the runs and items come from the
-# columns' defaults (the database's clock), but an item's `available_at` from {now}, so that a
-# frozen test clock sees it ready. Answers how many runs, and the (last) run's timestamps.
+# Runs ready now and their advance items, in one statement (one round trip; its own commit, or
+# part of the caller's transaction): the SQL twin of runs.insert_ready's ORM path. start() of one
+# run ({runs} is START_ONE), start_many() and the schedules' fire times (START_MANY). Only for
+# runs with no delay, deadline, parent or subject: those take runs.create_run's general path.
+# {conflict} is empty, or ON CONFLICT DO NOTHING where a run may exist already (a schedule's fire
+# time started by another worker): its item is then not inserted either, as only the runs
+# inserted are returned. {notify} wakes idle workers. The timestamps of the runs and items come
+# from the columns' defaults (the database's clock), but an item's `available_at` from {now}, so
+# that a frozen test clock sees it ready. Answers how many runs, and the (last) run's timestamps.
 START = """
 WITH run AS (
-    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, concurrency_key, detached{id_time_column})
-    {runs}
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached{id_time_column})
+    {runs}{conflict}
     RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
 item AS (
@@ -358,14 +361,18 @@ item AS (
 SELECT count(*), max(created_at), max(updated_at){notify} FROM run"""
 
 # One run: its id, workflow, input, max_attempts, queue, priority, concurrency key.
-START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false{id_time_value})"
+START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, NULL, NULL, false{id_time_value})"
 
-# Many runs of one workflow: its name, max_attempts, queue, priority and concurrency key, then
-# the runs' ids (an array) and their inputs (one JSON array of the input texts, in the same
-# order), so that however many runs there are, they are seven parameters.
-START_MANY = """SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false{id_time_value}
-    FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
-                                  WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)"""
+# Many runs, a column each as an array (its ids, workflows, max_attempts, queues, priorities,
+# concurrency keys, idempotency keys, fire times) and their inputs as one JSON array of the input
+# texts, in the same order: nine parameters however many runs there are.
+START_MANY = """SELECT given.id, given.workflow, 'pending', '', given.input, 1, given.max_attempts, given.queue,
+           given.priority, given.concurrency_key, given.idempotency_key, given.scheduled_at, false{id_time_value}
+    FROM unnest(%s::uuid[], %s::varchar[], %s::integer[], %s::varchar[], %s::integer[], %s::varchar[],
+                %s::varchar[], %s::timestamptz[],
+                ARRAY(SELECT e.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e (value, n)
+                      ORDER BY e.n))
+         AS given (id, workflow, max_attempts, queue, priority, concurrency_key, idempotency_key, scheduled_at, input)"""
 
 START_NOTIFY = ", pg_notify('durable_work', '')"
 

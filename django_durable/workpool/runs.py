@@ -1,13 +1,19 @@
 """Creating runs: the one place a run and its work item (and its timers) are stored.
 
-It sits below both the engine (children, replay) and the services (start(), the admin, the API,
-the CLI, schedules), so neither calls up into the other to create a run.
+Two ways in, one for each shape of start: create_run() for one run of any kind (an idempotency
+key read back, a delay, a deadline, a parent, a subject), and insert_ready() for runs ready now
+(start() of the commonest kind, start_many(), a schedule's fire times), one statement on
+PostgreSQL (queries.START) and its ORM twin elsewhere. It sits below both the engine (children,
+replay) and the services (start(), the admin, the API, the CLI, schedules), so neither calls up
+into the other to create a run.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from typing import Any
+import uuid
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
@@ -16,7 +22,8 @@ from .. import clock, conf, partitioning, serialization, telemetry
 from ..databases import refuse_other_transaction
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
-from . import notify, postgres, queries
+from . import postgres, queries
+from .wakeups import notify
 
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
@@ -94,18 +101,22 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                     existing.created_now = False  # the first start's run (the API answers 200, not 201)
                     return existing
             run = existing
-        WorkItem.objects.using(db).create(
-            kind=WorkItem.Kind.ADVANCE, run=run, queue=queue_name, priority=priority, concurrency_key=concurrency_key,
-            available_at=clock.db_now(),
-            # A delayed run's item stays idle until its timer wakes it.
-            status=WorkItem.Status.PENDING if run_at is None else WorkItem.Status.COMPLETED,
-        )
+        # A delayed run's item stays idle until its timer wakes it.
+        advance_item(run, ready=run_at is None).save(using=db, force_insert=True)
         if run_at is not None:
             Timer.objects.using(db).create(kind=Timer.Kind.DELAYED_START, run=run, fire_at=run_at)
         if definition.timeout is not None:
             set_deadline(run, definition.timeout, db, run_at)
         notify(db)
     return run
+
+
+def advance_item(run, *, ready: bool = True) -> WorkItem:
+    """The work item that advances `run` (a WorkflowRun or a NewRun), unsaved: ready now, or idle
+    (``completed``) until a wakeup makes it ready. A run has exactly one, for its whole life."""
+    return WorkItem(kind=WorkItem.Kind.ADVANCE, run_id=run.id, queue=run.queue, priority=run.priority,
+                    concurrency_key=run.concurrency_key or "", available_at=clock.db_now(),
+                    status=WorkItem.Status.PENDING if ready else WorkItem.Status.COMPLETED)
 
 
 def subject_key(subject, what: str = "subject"):
@@ -138,7 +149,7 @@ def _busy(definition, run: WorkflowRun, db: str) -> SubjectBusy:
 
 
 def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
-    """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START)."""
+    """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START_ONE)."""
     run.id_time = partitioning.runs.key(run.id, db)
     params = [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority, run.concurrency_key]
     if partitioning.runs.layout(db) is not None:
@@ -148,14 +159,58 @@ def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     return run
 
 
-def _insert(db: str, runs: str, params: list, *, notify: bool, id_time_value: str | None = None) -> tuple:
+def _insert(db: str, runs: str, params: list, *, notify: bool, id_time_value: str | None = None,
+            skip_existing: bool = False) -> tuple:
+    """queries.START with `runs` as its rows; (how many runs, the last one's created_at, updated_at)."""
     parts = postgres.run_parts()
     if id_time_value is not None and parts["id_time_value"]:
         parts = {**parts, "id_time_value": id_time_value}
     sql = queries.START.format(runs=runs.format(**parts), now=clock.now_sql("postgresql"),
                                notify=queries.START_NOTIFY if notify and conf.get("LISTEN_NOTIFY") else "",
-                               **parts)
+                               conflict="\n    ON CONFLICT DO NOTHING" if skip_existing else "", **parts)
     return postgres.execute(db, sql, params)[0][:3]
+
+
+class NewRun(NamedTuple):
+    """A run to insert ready now (insert_ready): its input is encoded JSON text already."""
+
+    id: uuid.UUID
+    workflow: str
+    input: str
+    max_attempts: int
+    queue: str
+    priority: int
+    concurrency_key: str = ""
+    idempotency_key: str | None = None
+    scheduled_at: dt.datetime | None = None  # a schedule's fire time
+
+
+# The columns queries.START_MANY takes as arrays, in its order (the inputs follow, as one JSON array).
+_START_MANY_ARRAYS = ("id", "workflow", "max_attempts", "queue", "priority", "concurrency_key", "idempotency_key",
+                      "scheduled_at")
+
+
+def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, notify: bool = True) -> None:
+    """Store `runs`, ready now, with their advance items: one statement per START_MANY_BATCH on
+    PostgreSQL (queries.START with START_MANY), two bulk inserts elsewhere.
+
+    With `skip_existing`, a run whose id or idempotency key is taken already is left out (with its
+    item): another worker started that schedule's fire time first. Inside the caller's
+    transaction.atomic() they commit with it.
+    """
+    for first in range(0, len(runs), START_MANY_BATCH):
+        batch = runs[first:first + START_MANY_BATCH]
+        if connections[db].vendor == "postgresql":
+            arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
+            inputs = json.dumps([run.input for run in batch])
+            _insert(db, queries.START_MANY, [*arrays, inputs], skip_existing=skip_existing,
+                    notify=notify and first + START_MANY_BATCH >= len(runs),
+                    id_time_value=", durable_run_id_time(given.id)")
+        else:
+            WorkflowRun.objects.using(db).bulk_create(
+                [WorkflowRun(**new._asdict()) for new in batch], ignore_conflicts=skip_existing)
+            # An item's run id is unique among advance items: a run left out keeps the item it has.
+            WorkItem.objects.using(db).bulk_create([advance_item(new) for new in batch], ignore_conflicts=skip_existing)
 
 
 def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=None) -> list:
@@ -186,28 +241,13 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
     concurrency_key = _check_concurrency_key(concurrency_key)
-    ids = [uuid7() for _ in inputs]
+    runs = [NewRun(uuid7(), definition.name, text, definition.max_attempts, queue_name, priority, concurrency_key)
+            for text in inputs]
     db = conf.get("DATABASE")
     refuse_other_transaction(db, f"Runs of {definition.name!r} were started")
     with transaction.atomic(using=db):
-        for first in range(0, len(ids), START_MANY_BATCH):
-            batch = slice(first, first + START_MANY_BATCH)
-            if connections[db].vendor == "postgresql":
-                _insert(db, queries.START_MANY, [definition.name, definition.max_attempts, queue_name, priority,
-                                                 concurrency_key, ids[batch], json.dumps(inputs[batch])],
-                        notify=first + START_MANY_BATCH >= len(ids), id_time_value=", durable_run_id_time(given.id)")
-            else:
-                runs = [WorkflowRun(id=run_id, workflow=definition.name, input=text, queue=queue_name,
-                                    priority=priority, max_attempts=definition.max_attempts,
-                                    concurrency_key=concurrency_key)
-                        for run_id, text in zip(ids[batch], inputs[batch])]
-                WorkflowRun.objects.using(db).bulk_create(runs)
-                WorkItem.objects.using(db).bulk_create([
-                    WorkItem(kind=WorkItem.Kind.ADVANCE, run_id=run.id, queue=queue_name, priority=priority,
-                             concurrency_key=concurrency_key, available_at=clock.db_now())
-                    for run in runs
-                ])
-    return ids
+        insert_ready(runs, db)
+    return [run.id for run in runs]
 
 
 START_MANY_BATCH = 5000

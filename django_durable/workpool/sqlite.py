@@ -15,25 +15,28 @@ from django.db.models.functions import Coalesce
 
 from .. import clock
 from .. import queues as durable_queues
-from ..models import QueueState, SignalMessage, Step, Timer, WorkflowRun, WorkItem
 from ..journal import STEP_COLUMNS, UPSERT
-from .rows import Child, Claimed, Entry, Message
+from ..models import QueueState, SignalMessage, Step, Timer, WorkflowRun, WorkItem
+from . import endings
+from .leases import lease_expiry
+from .rows import Child, ClaimParams, Claimed, Entry, Message, RunState
+from .wakeups import wake
 
 _STEP_FIELDS = [Step._meta.get_field(name.removesuffix("_id")) for name, _ in STEP_COLUMNS]
 _COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
 _ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
 
 
-def claim(*, worker, queues, db, token, lease, avoid=()):
-    limits = durable_queues.served(queues)
+def claim(params: ClaimParams) -> Claimed | None:
+    limits = durable_queues.served(params.queues)
     if not limits:
-        return _claim(worker=worker, queues=queues, db=db, token=token, avoid=avoid)
+        return _claim(params)
     # A limited queue's claim counts what runs and takes a slot in one IMMEDIATE transaction:
     # SQLite's one writer at a time makes that race-free across worker processes.
-    with transaction.atomic(using=db):
-        claimed = _claim(worker=worker, queues=queues, db=db, token=token, avoid=avoid, limits=limits)
+    with transaction.atomic(using=params.db):
+        claimed = _claim(params, limits=limits)
         if claimed is not None:
-            _rated(claimed.item_id, limits, db)
+            _rated(claimed.item_id, limits, params.db)
         return claimed
 
 
@@ -50,18 +53,18 @@ def _rated(item_id, limits, db) -> None:
         )
 
 
-def _claim(*, worker, queues, db, token, avoid=(), limits=()):
-    from . import RunState, lease_expiry
-
+def _claim(params: ClaimParams, limits=()) -> Claimed | None:
+    db, worker = params.db, params.worker
     # Compare-and-set: the UPDATE only matches the row while it is still pending, so of two
     # workers racing for a row exactly one changes it; the other tries the next row.
     for _ in range(3):
-        candidate = WorkItem.objects.using(db).ready(queues, avoid, limits).values_list("id", flat=True).first()
+        candidate = WorkItem.objects.using(db).ready(params.queues, params.avoid, limits) \
+            .values_list("id", flat=True).first()
         if candidate is None:
             return None
         changed = WorkItem.objects.using(db).filter(id=candidate, status=WorkItem.Status.PENDING).update(
             status=WorkItem.Status.PROCESSING,
-            claim_token=token,
+            claim_token=params.token,
             claimed_by=worker,
             claim_expires_at=lease_expiry(),
             attempts=F("attempts") + 1,
@@ -178,40 +181,18 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
     return True
 
 
-def finish_run(claim, *, status, result, error, records, then=None):
-    """As on PostgreSQL; `then` is ignored (the worker claims next with a statement of its own)."""
-    runs = WorkflowRun.objects.using(claim.db)
+def finish_run(claim, *, status, result, error, records, next_claim: ClaimParams | None = None):
+    """As on PostgreSQL: the fence, then the run's end (endings.record_end, whose SQL twin
+    queries.FINISH_RUN is); `next_claim` is ignored (the worker claims next with a statement of its own)."""
     with transaction.atomic(using=claim.db):
         if not _end(claim, WorkItem.Status.COMPLETED, records):
             return None, None
-        # A cancel that committed first wins: the run ends cancelled, not with this outcome.
-        if runs.filter(id=claim.run_id, cancel_requested_at__isnull=False).exclude(status__in=WorkflowRun.TERMINAL).update(
-            status=WorkflowRun.Status.CANCELLED, result=None, waiting_on="",
-            finished_at=clock.db_now(), updated_at=clock.db_now(),
-        ):
-            status = WorkflowRun.Status.CANCELLED
-        else:
-            runs.filter(id=claim.run_id).exclude(status__in=WorkflowRun.TERMINAL).update(
-                status=status, result=result, error=error, waiting_on="",
-                finished_at=clock.db_now(), updated_at=clock.db_now(),
-            )
-        # A finished run has nothing left to wake it: its pending timers never fire, its branches
-        # not started yet are not needed, and its parent (if any) may be waiting for it.
-        Timer.objects.using(claim.db).filter(run_id=claim.run_id, status=Timer.Status.PENDING).update(
-            status=Timer.Status.CANCELLED
-        )
-        WorkItem.objects.using(claim.db).filter(
-            run_id=claim.run_id, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING
-        ).update(status=WorkItem.Status.CANCELLED)
-        parent = runs.filter(id=claim.run_id).values_list("parent_id", flat=True).first()
-        if parent is not None:
-            from . import wake
-
-            wake([parent], db=claim.db)
-    return status, None
+        ended = endings.record_end(claim.run_id, status, db=claim.db, result=result, error=error, cancel_wins=True)
+    return (ended.status if ended is not None else endings.UNCHANGED), None
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify, then=None):
+def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify,
+            next_claim: ClaimParams | None = None):
     item_status = WorkItem.Status.PENDING if requeue else Case(
         When(wake=True, then=Value(WorkItem.Status.PENDING)), default=Value(WorkItem.Status.COMPLETED)
     )
@@ -224,10 +205,8 @@ def release(claim, *, run_status, waiting_on, requeue, records, timers, items, n
     return True, None
 
 
-def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
+def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimParams | None = None):
     """As on PostgreSQL; SQLite's single writer makes the group's count exact."""
-    from . import wake
-
     with transaction.atomic(using=claim.db):
         if not _end(claim, WorkItem.Status.COMPLETED, [record]):
             return False, None
@@ -242,6 +221,6 @@ def finish_branch(claim, record, *, group, failed, fail_fast, then=None):
     return True, None
 
 
-def retry_branch(claim, record, *, retry_at, then=None):
+def retry_branch(claim, record, *, retry_at, next_claim: ClaimParams | None = None):
     with transaction.atomic(using=claim.db):
         return _end(claim, WorkItem.Status.PENDING, [record], available_at=retry_at), None

@@ -623,9 +623,9 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 
 -- name: start a run (7 parameters)
 WITH run AS (
-    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, concurrency_key, detached)
-    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false)
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, NULL, NULL, false)
     RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
 item AS (
@@ -638,13 +638,17 @@ item AS (
 )
 SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
 
--- name: start many runs (7 parameters)
+-- name: start many runs (9 parameters)
 WITH run AS (
-    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, concurrency_key, detached)
-    SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false
-    FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
-                                  WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached)
+    SELECT given.id, given.workflow, 'pending', '', given.input, 1, given.max_attempts, given.queue,
+           given.priority, given.concurrency_key, given.idempotency_key, given.scheduled_at, false
+    FROM unnest(%s::uuid[], %s::varchar[], %s::integer[], %s::varchar[], %s::integer[], %s::varchar[],
+                %s::varchar[], %s::timestamptz[],
+                ARRAY(SELECT e.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e (value, n)
+                      ORDER BY e.n))
+         AS given (id, workflow, max_attempts, queue, priority, concurrency_key, idempotency_key, scheduled_at, input)
     RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
 item AS (
@@ -656,3 +660,27 @@ item AS (
     RETURNING 1
 )
 SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+
+-- name: start a schedule's fire times, each once (9 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached)
+    SELECT given.id, given.workflow, 'pending', '', given.input, 1, given.max_attempts, given.queue,
+           given.priority, given.concurrency_key, given.idempotency_key, given.scheduled_at, false
+    FROM unnest(%s::uuid[], %s::varchar[], %s::integer[], %s::varchar[], %s::integer[], %s::varchar[],
+                %s::varchar[], %s::timestamptz[],
+                ARRAY(SELECT e.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e (value, n)
+                      ORDER BY e.n))
+         AS given (id, workflow, max_attempts, queue, priority, concurrency_key, idempotency_key, scheduled_at, input)
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', statement_timestamp(), 0,
+           false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*), max(created_at), max(updated_at) FROM run;

@@ -463,9 +463,9 @@ FROM claimed AS c) AS nxt ON true;
 
 -- name: start a run (8 parameters)
 WITH run AS (
-    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, concurrency_key, detached, id_time)
-    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, false, %s)
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached, id_time)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, NULL, NULL, false, %s)
     RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
 item AS (
@@ -478,13 +478,17 @@ item AS (
 )
 SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
 
--- name: start many runs (7 parameters)
+-- name: start many runs (9 parameters)
 WITH run AS (
-    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
-                                      queue, priority, concurrency_key, detached, id_time)
-    SELECT given.id, %s, 'pending', '', given.input, 1, %s, %s, %s, %s, false, durable_run_id_time(given.id)
-    FROM unnest(%s::uuid[], ARRAY(SELECT e.value FROM json_array_elements_text(%s::json)
-                                  WITH ORDINALITY AS e (value, n) ORDER BY e.n)) AS given (id, input)
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached, id_time)
+    SELECT given.id, given.workflow, 'pending', '', given.input, 1, given.max_attempts, given.queue,
+           given.priority, given.concurrency_key, given.idempotency_key, given.scheduled_at, false, durable_run_id_time(given.id)
+    FROM unnest(%s::uuid[], %s::varchar[], %s::integer[], %s::varchar[], %s::integer[], %s::varchar[],
+                %s::varchar[], %s::timestamptz[],
+                ARRAY(SELECT e.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e (value, n)
+                      ORDER BY e.n))
+         AS given (id, workflow, max_attempts, queue, priority, concurrency_key, idempotency_key, scheduled_at, input)
     RETURNING id, queue, priority, concurrency_key, created_at, updated_at
 ),
 item AS (
@@ -496,6 +500,30 @@ item AS (
     RETURNING 1
 )
 SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+
+-- name: start a schedule's fire times, each once (9 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached, id_time)
+    SELECT given.id, given.workflow, 'pending', '', given.input, 1, given.max_attempts, given.queue,
+           given.priority, given.concurrency_key, given.idempotency_key, given.scheduled_at, false, durable_run_id_time(given.id)
+    FROM unnest(%s::uuid[], %s::varchar[], %s::integer[], %s::varchar[], %s::integer[], %s::varchar[],
+                %s::varchar[], %s::timestamptz[],
+                ARRAY(SELECT e.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e (value, n)
+                      ORDER BY e.n))
+         AS given (id, workflow, max_attempts, queue, priority, concurrency_key, idempotency_key, scheduled_at, input)
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', statement_timestamp(), 0,
+           false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*), max(created_at), max(updated_at) FROM run;
 
 -- name: read the run of the item just claimed (9 parameters)
 WITH fence AS (

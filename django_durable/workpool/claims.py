@@ -1,0 +1,404 @@
+"""A worker's claims: taking a work item, and every write made under the claim, fenced by its token.
+
+Every write a worker makes after a claim is conditioned on the claim's token, so a worker that
+lost its lease (paused, partitioned, too slow) changes nothing. The hot path has one
+implementation per database: ``postgres`` does each write in a single statement, ``sqlite`` with
+compare-and-set updates in an IMMEDIATE transaction. A run's end goes through endings.py, which
+both share.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from django.db import DatabaseError, connections, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, F, Value
+from django.db.models.functions import Coalesce
+
+from .. import clock, conf, faults
+from ..interrupts import LeaseLost
+from ..journal import StepRecord
+from ..models import Step, Timer, WorkflowRun, WorkItem
+from . import endings, evidence, locking, postgres, sqlite
+from .leases import lease_expiry, lease_seconds, valid_until
+from .rows import ClaimParams, Claimed, RunState
+
+logger = logging.getLogger("django_durable.worker")
+
+Status = WorkItem.Status
+RunStatus = WorkflowRun.Status
+
+
+class Outcome(StrEnum):
+    """What became of a claimed item: the engine answers one, the worker acts on LOST and DEFERRED."""
+
+    # The run (or the branch) ended so.
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    COMPENSATION_FAILED = "compensation_failed"
+    # The run waits (a timer, a message, its branches or children), or is held for an operator.
+    WAITING = "waiting"
+    BLOCKED = "blocked"
+    RETRYING = "retrying"  # the run, or the branch, goes again after a back-off
+    RELEASED = "released"  # handed back, ready at once (the worker is stopping)
+    DEFERRED = "deferred"  # handed back for a worker that has its code
+    MISSING = "missing"  # workers lacked its code for longer than the grace: the caller fails it
+    REPLAYED = "replayed"  # a branch whose outcome an earlier attempt of its run recorded
+    ALREADY_FINISHED = "already finished"  # its run ended before the claim: the item is freed
+    LOST = "lost"  # the claim was lost: nothing was written
+
+
+@dataclass
+class Claim:
+    """A worker's hold on one work item, valid while its lease lasts."""
+
+    item_id: int
+    kind: str
+    run_id: uuid.UUID | None
+    step_key: str
+    attempts: int
+    token: uuid.UUID
+    worker: str
+    db: str
+    valid_until: float  # time.monotonic() by which the lease is surely still ours
+    db_time: dt.datetime | None = None  # the database's clock when the claim statement began...
+    sent_at: float = 0.0  # ...time.monotonic() just before it was sent...
+    db_time_at: float = 0.0  # ...and just after its answer came
+    run: RunState | None = None  # None: the run finished (or vanished) before this claim
+    lost: bool = field(default=False)
+    reported: bool = False  # the loss was logged (once per claim)
+    cancel_requested: bool = False  # learnt at claim, at each checkpoint, heartbeat and cancel poll
+    # While user code of a step runs (set by the alarm): when it must end (time.monotonic()),
+    # and whether a cancel may interrupt it (None: no step is running).
+    step_deadline: float | None = None
+    step_active: bool | None = None
+    cancel_seen_at: float | None = None  # time.monotonic() when this worker learnt of a cancel...
+    cancel_sent_at: float | None = None  # ...and when, its grace over, it interrupted the step
+    cancel_raised: bool = False
+    # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
+    next_claim: Claim | None = field(default=None, repr=False)
+    # The earliest timer the statement that ended this claim set, so the worker can fire it on time.
+    earliest_timer: dt.datetime | None = None
+    # A step item's function (module.qualname), its input (JSON) and its parallel group.
+    function: str = ""
+    input: str | None = None
+    group: str = ""
+
+    def db_now(self) -> dt.datetime:
+        """The latest the database's clock can read now, estimated without a round trip.
+
+        The claim statement's timestamp was taken after we sent it, so counting from the moment
+        of sending never falls behind the database: a sleep, back-off or deadline set from this
+        never ends early, however long the statement took.
+        """
+        if clock.is_frozen() or self.db_time is None:
+            return clock.now()
+        return self.db_time + dt.timedelta(seconds=time.monotonic() - self.sent_at)
+
+    def db_earliest(self) -> dt.datetime:
+        """The earliest the database's clock can read now (counted from the claim's answer)."""
+        if clock.is_frozen() or self.db_time is None:
+            return clock.now()
+        return self.db_time + dt.timedelta(seconds=time.monotonic() - self.db_time_at)
+
+    def db_passed(self, when: dt.datetime) -> bool:
+        """True only if `when` has surely passed on the database's clock (never early)."""
+        return when <= self.db_earliest()
+
+    def db_seconds_until(self, when: dt.datetime) -> float:
+        """Seconds until `when` on the database's clock, at least (never short)."""
+        return (when - self.db_earliest()).total_seconds()
+
+    def alive(self) -> bool:
+        """Return True while the lease surely holds; a False is final."""
+        if not self.lost and time.monotonic() >= self.valid_until:
+            self.lost = True
+        return not self.lost
+
+    def fence(self):
+        """The work item, only while this claim still owns it."""
+        return WorkItem.objects.using(self.db).filter(
+            id=self.item_id, claim_token=self.token, status=Status.PROCESSING
+        )
+
+
+def _backend(db: str):
+    return postgres if connections[db].vendor == "postgresql" else sqlite
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """What a worker asks for when it claims: who it is, which queues it serves, and the items it
+    just declined for lack of their code (`avoid`: the workers that have it go first)."""
+
+    worker: str
+    queues: list[str] | None
+    avoid: tuple[int, ...] = ()
+
+
+def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, ...] = ()) -> Claim | None:
+    """Claim the next ready work item for `worker` (not one in `avoid`); return the Claim (with its run) or None."""
+    return _claimed(db, ClaimRequest(worker, queues, avoid), _backend(db).claim)
+
+
+def _claimed(db: str, request: ClaimRequest | None, send) -> Claim | None:
+    """Call `send` with the ClaimParams of a claim for `request` (None: no claim asked for); turn
+    the Claimed it answers into a Claim."""
+    if request is None:
+        send(None)
+        return None
+    token = uuid.uuid4()
+    started = time.monotonic()
+    row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid))
+    if row is None:
+        return None
+    answered = time.monotonic()
+    result = Claim(
+        item_id=row.item_id, kind=row.kind, run_id=row.run_id, step_key=row.step_key, attempts=row.attempts,
+        token=token, worker=request.worker, db=db, valid_until=valid_until(started),
+        # SQLite's clock is this machine's, read after the statement: exact, not a bracket.
+        db_time=row.db_now, sent_at=started if _backend(db) is postgres else answered, db_time_at=answered,
+        run=row.run, cancel_requested=bool(row.run and row.run.cancel_requested),
+        function=row.function or "", input=row.input, group=row.group or "",
+    )
+    if faults.active:
+        faults.hit("after_claim_commit", result.step_key)
+    return result
+
+
+def record_steps(claim: Claim, records: list[StepRecord]) -> None:
+    """Write `records` to the journal if `claim` still holds; raise LeaseLost otherwise.
+
+    One statement; inside an atomic=True step it joins the step's transaction.
+    """
+    if not records:
+        return
+    written, cancel = _backend(claim.db).record_steps(claim, records)
+    if written != len(records):
+        claim.lost = True
+        raise LeaseLost(f"claim {claim.token} no longer holds; {records[0].key!r} not recorded")
+    claim.cancel_requested = claim.cancel_requested or cancel
+
+
+def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None,
+               records: list[StepRecord] = (), then: ClaimRequest | None = None,
+               committed: Callable[[], None] | None = None) -> str | None:
+    """Record the last journal entries and the run's outcome, and free its work item: the run's
+    end (endings.py) made by its worker.
+
+    Fenced and atomic. Return the status the run ended with (``cancelled`` when a cancel
+    committed first), endings.UNCHANGED for a run that had ended before (only its item is freed),
+    or None (writing nothing) if the claim is lost. With `then`, the same statement claims the
+    worker's next item, left in ``claim.next_claim`` (PostgreSQL). Once the end has committed,
+    `committed()` is called (the engine announces the steps `records` holds) and then the end's
+    signal is sent.
+    """
+    if faults.active:
+        faults.hit("before_terminal_commit")
+
+    def end(next_claim: ClaimParams | None):
+        return _backend(claim.db).finish_run(claim, status=status, result=result, error=error,
+                                             records=list(records), next_claim=next_claim)
+
+    if status == RunStatus.COMPLETED:
+        final = _ending(claim, then, end)
+        descendants = []
+    else:
+        # Any other ending takes the run's unfinished children with it, in the same transaction:
+        # nothing would wait for them any more. Rare, so no chained claim: a claim made inside a
+        # transaction that then fails to commit would not exist.
+        with transaction.atomic(using=claim.db):
+            descendants = locking.lock_descendants(claim.run_id, claim.db)
+            final = _ending(claim, None, end)
+            if final and final != endings.UNCHANGED:
+                endings.cascade(claim.run_id, final, descendants, db=claim.db)
+    if not final:
+        return None
+    if committed is not None:
+        committed()
+    if final != endings.UNCHANGED:
+        endings.send_end(_ended(claim, final, status, result, error))  # committed: autocommit, or the block above
+    return final
+
+
+def _ended(claim: Claim, final: str, status: str, result, error) -> endings.Ended:
+    """The end `final` of the claim's run, asked to end `status` with `result` or `error`."""
+    if final != status:  # a cancel that committed first won
+        return endings.Ended(claim.run_id, claim.run.workflow, final)
+    return endings.Ended(claim.run_id, claim.run.workflow, final, result, error)
+
+
+def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),
+            timers: list[tuple[str, str, dt.datetime]] = (), items: list[tuple[str, str, str, str]] = (),
+            then: ClaimRequest | None = None) -> bool:
+    """Hand the run back, fenced: it waits (`waiting`) or goes back to the queue (`pending`).
+
+    A waiting run's item goes idle unless a wakeup arrived meanwhile; a pending run's item is
+    ready again at once. `timers` are (kind, step key, fire at) to create for the run, in the
+    same transaction; `items` are (key, group, function, input) of parallel branches to queue.
+    Return False (writing nothing) if the claim was already lost. With `then`, the same
+    statement claims the worker's next item (see finish_run).
+    """
+    requeue = run_status == RunStatus.PENDING
+    held = _ending(claim, then, lambda next_claim: _backend(claim.db).release(
+        claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
+        timers=list(timers), items=list(items), notify=requeue and conf.get("LISTEN_NOTIFY"), next_claim=next_claim,
+    ))
+    if held and timers:
+        claim.earliest_timer = min(fire_at for _, _, fire_at in timers)
+    return bool(held)
+
+
+def finish_branch(claim: Claim, record: StepRecord, *, failed: bool, fail_fast: bool,
+                  then: ClaimRequest | None = None) -> bool:
+    """Record a branch's outcome and count it off its group (waking the run when it is done); fenced."""
+    return bool(_ending(claim, then, lambda next_claim: _backend(claim.db).finish_branch(
+        claim, record, group=claim.group, failed=failed, fail_fast=fail_fast, next_claim=next_claim
+    )))
+
+
+def retry_branch(claim: Claim, record: StepRecord, *, retry_at: dt.datetime,
+                 then: ClaimRequest | None = None) -> bool:
+    """Record a branch's failed attempt and queue it again for `retry_at`; fenced."""
+    return bool(_ending(claim, then, lambda next_claim: _backend(claim.db).retry_branch(
+        claim, record, retry_at=retry_at, next_claim=next_claim
+    )))
+
+
+def _ending(claim: Claim, then: ClaimRequest | None, end):
+    """Run `end(next_claim)`, which returns (outcome, the next claim's Claimed or None); keep the
+    next claim in ``claim.next_claim`` and return the outcome.
+
+    A falsy outcome means the fence did not hold: the claim is lost.
+    """
+    outcome = {}
+
+    def send(next_claim: ClaimParams | None):
+        outcome["value"], row = end(next_claim)
+        return row
+
+    claim.next_claim = _claimed(claim.db, then, send)
+    if not outcome["value"]:
+        claim.lost = True
+    return outcome["value"]
+
+
+def renew(claim: Claim) -> bool:
+    """Extend the lease of `claim`; return False (and mark it lost) if it is no longer ours."""
+    if claim.lost:
+        return False
+    started = time.monotonic()
+    if claim.fence().update(claim_expires_at=lease_expiry()) != 1:
+        claim.lost = True
+        return False
+    claim.valid_until = valid_until(started)
+    check_cancel(claim)
+    if faults.active:
+        faults.hit("after_heartbeat")
+    return True
+
+
+def check_cancel(claim: Claim) -> bool:
+    """Return whether someone asked to cancel the claim's run, learning it from the database once."""
+    if claim.run_id is not None and not claim.cancel_requested:
+        claim.cancel_requested = WorkflowRun.objects.using(claim.db).filter(
+            id=claim.run_id, cancel_requested_at__isnull=False
+        ).exists()
+    return claim.cancel_requested
+
+
+def note_step(claim: Claim, key: str) -> None:
+    """Note on the run's work item the step a redelivered advance is starting (fenced)."""
+    if claim.fence().update(step_key=key[:255]) != 1:
+        claim.lost = True
+        raise LeaseLost(f"claim {claim.token} no longer holds; step {key!r} not started")
+
+
+def recorded(claim: Claim, records: list[StepRecord]) -> bool:
+    """Return True if `records` are in the journal as written: a commit whose answer was lost.
+
+    Reads on a fresh connection; any database error means "not known to be recorded".
+    """
+    connections[claim.db].close()
+    try:
+        found = dict(
+            Step.objects.using(claim.db)
+            .filter(run_id=claim.run_id, key__in=[r.key for r in records])
+            .values_list("key", "status")
+        )
+    except DatabaseError:
+        connections[claim.db].close()
+        return False
+    return all(found.get(r.key) == r.status for r in records)
+
+
+def missing_code_delay() -> float:
+    """Seconds an item handed back for lack of its code waits before it is ready again. The
+    worker that handed it back then avoids it as long again, so that a worker with the code,
+    polling meanwhile, takes it first instead of racing the one without it."""
+    return max(0.05, min(5.0, float(conf.get("MISSING_CODE_GRACE_SECONDS")) / 4))
+
+
+def defer_missing(claim: Claim, what: str) -> Outcome:
+    """Hand back an item whose code (`what`) this worker lacks, for a worker that has it; fenced.
+
+    Not counted as a delivery: a worker of the old code during a rolling deploy is not a crash.
+    The item comes back after a short delay, so a worker without the code does not spin on it.
+    Return DEFERRED; MISSING (writing nothing) once workers have lacked it for
+    DURABLE_MISSING_CODE_GRACE_SECONDS, so the caller fails it; or LOST.
+    """
+    grace = float(conf.get("MISSING_CODE_GRACE_SECONDS"))
+    if grace <= 0:
+        return Outcome.MISSING  # the caller's fenced failure finds out if the claim is lost
+    delay = dt.timedelta(seconds=missing_code_delay())
+    now = clock.db_now()
+    since = ExpressionWrapper(now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())
+    with transaction.atomic(using=claim.db):
+        # Within the grace (or the first miss, with no stamp yet): hand it back.
+        handed_back = claim.fence().exclude(missing_since__lte=since).free(
+            Status.PENDING, attempts=F("attempts") - 1, wake=False,
+            available_at=ExpressionWrapper(now + Value(delay), output_field=DateTimeField()),
+            missing_since=Coalesce(F("missing_since"), now),
+            last_error=f"Worker {claim.worker} does not have {what}; left for a worker that has it."[:2000],
+        )
+        if not handed_back:
+            if claim.fence().exists():
+                return Outcome.MISSING
+            claim.lost = True
+            return Outcome.LOST
+        if claim.kind == WorkItem.Kind.ADVANCE:
+            WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).back_to_pending(
+                waiting_on=f"a worker that has {what}"[:500])
+    logger.warning("Worker %s does not have %s (run %s); left for a worker that has it.",
+                   claim.worker, what, claim.run_id)
+    return Outcome.DEFERRED
+
+
+def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[StepRecord], waiting_on: str) -> bool:
+    """Schedule the run to go again from its last checkpoint at `retry_at`, fenced.
+
+    Its failed steps are forgotten (they run again), its attempt is counted, and a timer wakes
+    it. Return False (writing nothing) if the claim is lost.
+    """
+    record_steps(claim, records)
+    with transaction.atomic(using=claim.db):
+        if not claim.fence().end(Status.COMPLETED, step_key=""):
+            claim.lost = True
+            return False
+        evidence.keep(claim.run_id, attempt=claim.run.attempt, status=RunStatus.FAILED, error=error,
+                      worker=claim.worker, db=claim.db)
+        Step.objects.using(claim.db).filter(run_id=claim.run_id, status=Step.Status.FAILED).delete()
+        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(
+            status=RunStatus.WAITING, attempt=F("attempt") + 1, error=error, waiting_on=waiting_on[:500],
+            updated_at=clock.db_now(),
+        )
+        Timer.objects.using(claim.db).create(kind=Timer.Kind.RETRY, run_id=claim.run_id, fire_at=retry_at)
+    return True

@@ -1,0 +1,112 @@
+"""Waking runs: their advance made ready, due timers fired, idle workers and waiting callers told.
+
+NOTIFY is a hint only (a worker behind a transaction-mode pooler never hears it): polling keeps
+everything correct, notifications only make it prompt.
+"""
+
+from __future__ import annotations
+
+from django.db import connections, transaction
+from django.db.models import Q
+
+from .. import clock, conf
+from .. import queues as durable_queues
+from ..models import Timer, WorkItem
+from . import queries
+
+NOTIFY_CHANNEL = "durable_work"
+
+TIMER_BATCH = 1000
+
+
+def wake(run_ids, *, db: str) -> int:
+    """Make these runs' advance items ready; one being processed is flagged to run again.
+
+    Return how many items there were (a run without one has nothing that could advance it).
+    """
+    if not isinstance(run_ids, (list, tuple, set)):
+        run_ids = [run_ids]
+    woken = WorkItem.objects.using(db).filter(run_id__in=run_ids, kind=WorkItem.Kind.ADVANCE).wake()
+    notify(db)
+    return woken
+
+
+def notify(db: str) -> None:
+    """On PostgreSQL, wake idle workers when the current transaction commits (a hint only)."""
+    connection = connections[db]
+    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
+
+
+def announce_end(run_ids, *, db: str) -> None:
+    """On PostgreSQL, tell the durable.wait() calls of these runs, if any, that they ended (at commit)."""
+    connection = connections[db]
+    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+        with connection.cursor() as cursor:
+            cursor.execute(queries.ANNOUNCE, [list(run_ids)])
+
+
+def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
+    """Fire the timers that are due (by the database's clock) and wake their runs; return how many.
+
+    Several workers may do this at once: on PostgreSQL each takes different timers (SKIP
+    LOCKED), on SQLite the transaction serializes them; each timer fires once.
+    """
+    with transaction.atomic(using=db):
+        due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
+        if connections[db].vendor == "postgresql":
+            due = due.select_for_update(skip_locked=True, no_key=True)
+        timers = list(due.order_by("fire_at").values("id", "run_id")[:batch])
+        if not timers:
+            return 0
+        Timer.objects.using(db).filter(id__in=[t["id"] for t in timers], status=Timer.Status.PENDING).update(
+            status=Timer.Status.FIRED, fired_at=clock.db_now()
+        )
+        wake([t["run_id"] for t in timers if t["run_id"] is not None], db=db)
+    return len(timers)
+
+
+def next_timer_in(*, db: str) -> float | None:
+    """Seconds until the earliest pending timer is due (by the database's clock), or None."""
+    from django.db.models import Min
+
+    earliest = Timer.objects.using(db).filter(status=Timer.Status.PENDING).aggregate(at=Min("fire_at"))["at"]
+    if earliest is None:
+        return None
+    if connections[db].vendor == "postgresql" and not clock.is_frozen():
+        with connections[db].cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM %s - statement_timestamp())", [earliest])
+            return float(cursor.fetchone()[0])
+    return (earliest - clock.now()).total_seconds()
+
+
+def held_back(*, queues: list[str] | None, db: str) -> bool:
+    """Return True if ready items of limited queues among `queues` (DURABLE_QUEUES) wait for a slot
+    or for their rate; False at once when none of them is limited."""
+    limits = durable_queues.served(queues)
+    if not limits:
+        return False
+    return WorkItem.objects.using(db).ready([limit.name for limit in limits]).exists()
+
+
+def pending_work(*, queues: list[str] | None, db: str) -> bool:
+    """Return True while work is ready now, claimed by some worker, or due from a timer.
+
+    A burst worker keeps going while this holds.
+    """
+    items = WorkItem.objects.using(db).filter(
+        Q(status=WorkItem.Status.PENDING, available_at__lte=clock.db_now()) | Q(status=WorkItem.Status.PROCESSING)
+    )
+    if queues:
+        items = items.filter(queue__in=queues)
+    due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
+    # One statement, so one snapshot: asked one after the other, a claim that expires (processing
+    # to pending) or a timer that fires (timer fired, item pending) between two questions would
+    # be seen by neither, and a burst worker would leave that work behind.
+    (items_sql, items_params), (due_sql, due_params) = (
+        qs.values("id")[:1].query.get_compiler(using=db).as_sql() for qs in (items, due)
+    )
+    with connections[db].cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS({items_sql}) OR EXISTS({due_sql})", [*items_params, *due_params])
+        return bool(cursor.fetchone()[0])
