@@ -22,7 +22,7 @@ import tempfile
 import uuid
 from typing import Any
 
-from . import conf  # no other module of ours: serialization imports this one
+from . import conf  # and the store's rows (models.stored): serialization imports this module
 
 logger = logging.getLogger("django_durable")
 
@@ -127,7 +127,7 @@ def encode_plain(plain: Any, owner, limit: int, dumps) -> str:
 def _store(spool, size: int, owner) -> str:
     from django.core.files import File
 
-    from .models import StoredPayload
+    from .models.stored import StoredPayload  # the store's own rows, below serialization
 
     name = f"{owner}/{uuid.uuid4().hex}.json"
     # The reference first: a file without one could never be found by the prune again.
@@ -164,7 +164,7 @@ def shown(reference: dict) -> dict:
 
 def stored_of(run_ids) -> list[tuple]:
     """(run id, name) of each stored payload of these runs."""
-    from .models import StoredPayload
+    from .models.stored import StoredPayload  # the store's own rows, below serialization
 
     return list(StoredPayload.objects.filter(run_id__in=run_ids).values_list("run_id", "name"))
 
@@ -172,7 +172,7 @@ def stored_of(run_ids) -> list[tuple]:
 def delete(names) -> int:
     """Delete these stored payloads (of deleted runs): their references, then their files; return
     how many files went. A file that cannot be deleted is logged and left."""
-    from .models import StoredPayload
+    from .models.stored import StoredPayload  # the store's own rows, below serialization
 
     if not names:
         return 0

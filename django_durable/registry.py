@@ -295,6 +295,28 @@ def find(name: str) -> WorkflowDefinition | None:
     return _registry.get(name)
 
 
+# Callables that find a definition the registry does not hold yet, by its name: tasks.py adds
+# one that imports a django.tasks task's module. Kept here, so that the engine finds tasks
+# without knowing of tasks.py, which sits above it.
+_finders: list[Callable[[str], WorkflowDefinition | None]] = []
+
+
+def add_finder(finder: Callable[[str], WorkflowDefinition | None]) -> None:
+    """Let `finder(name)` find definitions that no module imported so far registered (once each)."""
+    if finder not in _finders:
+        _finders.append(finder)
+
+
+def load(name: str) -> WorkflowDefinition:
+    """The definition registered under `name`, or one a finder registers now; raise WorkflowNotFound."""
+    definition = find(name)
+    for finder in _finders:
+        if definition is not None:
+            break
+        definition = finder(name)
+    return definition if definition is not None else get(name)
+
+
 def sender_of(name: str):
     """The workflow function registered under `name` (the sender of its signals), or None."""
     definition = _registry.get(name)

@@ -12,7 +12,6 @@ fire time starts exactly one run however many workers race and however they cras
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import re
 import uuid
@@ -20,11 +19,12 @@ from collections.abc import Callable
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
 from . import clock, conf, ids, registry, serialization, workpool
+from .cron import next_after, upcoming  # noqa: F401 - upcoming: part of this module's API (__all__)
+from .cron import valid as valid_cron
 from .exceptions import DurableError
 from .models import Schedule, WorkflowRun
 from .workpool.runs import NewRun, create_run, insert_ready
@@ -76,7 +76,7 @@ def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = N
         if schedule is None:
             fresh = Schedule(slug=slug, **fields)
             fresh.status = Schedule.Status.PAUSED if enabled is False else Schedule.Status.ACTIVE
-            fresh.next_fire_at = _next_after(fresh, clock.now())
+            fresh.next_fire_at = next_after(fresh, clock.now())
             # ON CONFLICT DO NOTHING: workers starting together all sync the declared schedules, and
             # a failed INSERT is an ERROR line in PostgreSQL's log for an operator who alerts on them.
             # Whoever inserted it, the row is then locked and brought to this definition below.
@@ -90,7 +90,7 @@ def ensure_schedule(slug: str, workflow: str | Callable, *, cron: str | None = N
             schedule.status = wanted
             if set(changed) & set(TIMING_FIELDS):
                 schedule.next_fire_at = None  # a new interval counts from now, not from the old grid
-                schedule.next_fire_at = _next_after(schedule, clock.now())
+                schedule.next_fire_at = next_after(schedule, clock.now())
             schedule.updated_at = clock.now()
             schedule.save(using=db)
     return schedule
@@ -155,17 +155,6 @@ def trigger(slug: str) -> WorkflowRun:
     return run
 
 
-def upcoming(schedule: Schedule, count: int = 5) -> list[dt.datetime]:
-    """The next `count` fire times of `schedule` from its next one, in its time zone."""
-    zone = ZoneInfo(schedule.timezone)
-    when = schedule.next_fire_at or _next_after(schedule, clock.now())
-    times = []
-    while when is not None and len(times) < count:
-        times.append(when.astimezone(zone))
-        when = _next_after(schedule, when, previous=when)
-    return times
-
-
 # -- the scheduler ----------------------------------------------------------------------------------
 
 
@@ -196,7 +185,7 @@ def _tick_batch(db, now, grace, batch) -> tuple[int, int]:
         starts = []
         for schedule in schedules:
             fire_times = _due_fire_times(schedule, now, grace)
-            schedule.next_fire_at = _next_after(schedule, max(now, fire_times[-1] if fire_times else now),
+            schedule.next_fire_at = next_after(schedule, max(now, fire_times[-1] if fire_times else now),
                                                 previous=fire_times[-1] if fire_times else schedule.last_fire_at)
             if fire_times and schedule.overlap == Schedule.Overlap.SKIP and _unfinished(schedule.last_run):
                 logger.info("Schedule %s skipped %d fire time(s): its last run is unfinished.", schedule.slug,
@@ -246,7 +235,7 @@ def _due_fire_times(schedule: Schedule, now: dt.datetime, grace: dt.timedelta) -
         times.append(when)
         if len(times) > limit:
             times.pop(0)  # keep the latest ones
-        when = _next_after(schedule, when, previous=when)
+        when = next_after(schedule, when, previous=when)
     if schedule.catch_up == Schedule.CatchUp.ALL:
         return times
     if schedule.catch_up == Schedule.CatchUp.LATEST:
@@ -313,7 +302,7 @@ def _validated(slug, workflow, cron, interval, timezone, overlap, catch_up, queu
         raise ScheduleError(f"Schedule {slug!r} has both cron={cron!r} and interval={interval!r}; give one.")
     if not cron and interval is None:
         raise ScheduleError(f"Schedule {slug!r} needs cron= or interval=.")
-    if cron and (not isinstance(cron, str) or len(cron.split()) != 5 or not croniter.is_valid(cron)):
+    if cron and not valid_cron(cron):
         raise ScheduleError(
             f"Schedule {slug!r} has cron={cron!r}, which is not a valid five-field cron expression "
             f"(minute hour day-of-month month day-of-week, e.g. '0 3 * * mon-fri')."
@@ -343,34 +332,6 @@ def _seconds(interval) -> float | None:
     return float(interval)
 
 
-def _next_after(schedule: Schedule, after: dt.datetime, previous: dt.datetime | None = None) -> dt.datetime | None:
-    """The first fire time strictly after `after` (aware, UTC); never the wall-clock time of `previous` again."""
-    if schedule.interval:
-        # Fixed intervals count from the schedule's last fire time (or its creation).
-        anchor = schedule.next_fire_at or after
-        step = dt.timedelta(seconds=schedule.interval)
-        if anchor > after:
-            return anchor
-        missed = int((after - anchor) / step) + 1
-        return anchor + missed * step
-    return _next_cron(schedule.cron, schedule.timezone, after, previous)
-
-
-@functools.lru_cache(maxsize=4096)
-def _next_cron(cron: str, timezone: str, after: dt.datetime, previous: dt.datetime | None) -> dt.datetime:
-    # Cached: a thousand schedules on the same expression ask the same question every minute.
-    zone = ZoneInfo(timezone)
-    times = croniter(cron, after.astimezone(zone))
-    repeated = {after.astimezone(zone).replace(tzinfo=None)}
-    if previous is not None:
-        repeated.add(previous.astimezone(zone).replace(tzinfo=None))
-    when = times.get_next(dt.datetime)
-    # On the day the clock goes back, a wall-clock time happens twice: fire at the first only.
-    while when.replace(tzinfo=None) in repeated:
-        when = times.get_next(dt.datetime)
-    return when.astimezone(dt.timezone.utc)
-
-
 def _run_id(schedule: Schedule, fire_time: dt.datetime) -> uuid.UUID:
     return ids.scheduled_id(schedule.slug, fire_time)
 
@@ -392,7 +353,7 @@ def _set_status(slug: str, status: str) -> Schedule:
         resuming = status == Schedule.Status.ACTIVE and schedule.status != status
         schedule.status = status
         if resuming and schedule.catch_up == Schedule.CatchUp.NONE:
-            schedule.next_fire_at = _next_after(schedule, clock.now())
+            schedule.next_fire_at = next_after(schedule, clock.now())
         schedule.save(using=db, update_fields=["status", "next_fire_at"])
     return schedule
 

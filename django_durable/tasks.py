@@ -283,6 +283,8 @@ def load(name: str) -> registry.WorkflowDefinition | None:
     return registry.find(name)
 
 
+registry.add_finder(load)  # a worker finds a task whose module nothing imported yet
+
 _running: dict[str, TaskResult] = {}  # by run id: the attempt this worker process runs now
 
 

@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 import django_durable as durable
 from django_durable.models import Approval, WorkflowEvent, WorkflowRun
+from django_durable import approvers
 from django_durable.services import approvals
 from django_durable.testing import clock, drain
 from tests.conftest import ledger_counts
@@ -199,8 +200,8 @@ def test_describe_shows_the_approval():
 
 
 def test_approvers_are_parsed_once_and_refused_clearly():
-    assert approvals.approvers_spec("a.b") == {"permission": "a.b"}
-    assert approvals.approvers_spec({"users": [3, "4"]}) == {"users": ["3", "4"]}
+    assert approvers.approvers_spec("a.b") == {"permission": "a.b"}
+    assert approvers.approvers_spec({"users": [3, "4"]}) == {"users": ["3", "4"]}
     for bad in ("nodot", [], {"group": ""}, 42, {"permission": "a.b", "group": "x"}):
         with pytest.raises(ValueError):
-            approvals.approvers_spec(bad)
+            approvers.approvers_spec(bad)

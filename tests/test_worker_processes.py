@@ -467,7 +467,7 @@ time.sleep(60)
 COUNTING_RELOADER = """
 import subprocess, sys
 from pathlib import Path
-from django_durable.reloader import Reloader
+from django_durable.worker.reloader import Reloader
 child, ready, sent = sys.argv[1:4]
 send = subprocess.Popen.send_signal
 def counted(self, signum):
@@ -535,7 +535,7 @@ def test_a_worker_of_another_machine_is_waited_out(start_worker):
     """A row whose machine differs (another host, container or boot) keeps its claims: a pid there says nothing."""
     from django.utils import timezone
 
-    from django_durable import machine, maintenance
+    from django_durable.worker import machine, maintenance
 
     run = durable.start("tests.three_steps", x=1)
     item = WorkItem.objects.get(run=run)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import ids, registry, serialization, telemetry
+from .. import clock, ids, registry, serialization, telemetry
 from ..journal import fingerprint
 from ..exceptions import ChildFailed, StepFailed
 from ..interrupts import CompensationFailed, Suspend
@@ -107,9 +107,7 @@ class Composition:
     def call(self, key: str, fn: Callable, /, *args: Any, retry: RetryPolicy | None = None,
              timeout: float | dt.timedelta | None = None, cancellable: bool = True, **kwargs: Any) -> Call:
         """Describe one branch for ctx.parallel(); nothing runs yet."""
-        from .context import _timeout_seconds
-
-        return Call(key, fn, args, kwargs, retry, _timeout_seconds(timeout), bool(cancellable))
+        return Call(key, fn, args, kwargs, retry, step_timeout(timeout), bool(cancellable))
 
     def map(self, key: str, fn: Callable, items: Iterable, *, retry: RetryPolicy | None = None,
             timeout: float | dt.timedelta | None = None, return_exceptions: bool = False,
@@ -278,6 +276,11 @@ def _recorded_child(entry) -> uuid.UUID | None:
     if entry.status in ("completed", "failed"):
         return None
     return uuid.UUID(serialization.decode(entry.result))
+
+
+def step_timeout(timeout) -> float | None:
+    """A step's or a branch's `timeout=` in seconds (None: none); ValueError for a bad one."""
+    return None if timeout is None else clock.seconds(timeout, "A step timeout", zero=False)
 
 
 def _importable_name(obj) -> str:

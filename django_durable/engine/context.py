@@ -19,7 +19,7 @@ from ..exceptions import ApprovalTimeout, Cancelled, NonDeterminismError, Signal
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
 from . import asyncs
-from .composition import Composition, current_step
+from .composition import Composition, current_step, step_timeout
 from .flow import Flow
 from .waits import Waits, _as_datetime
 from ..journal import StepRecord, fingerprint
@@ -94,7 +94,7 @@ class Context(Waits, Composition, Flow):
             raise TypeError(f"Step {key!r}: an async function cannot be an atomic step (its database work would "
                             f"run outside the step's transaction, on another thread). Make it sync, or not atomic.")
         policy = retry or self._retry
-        seconds = _timeout_seconds(timeout)
+        seconds = step_timeout(timeout)
         attempt, deadline = 1, None
         entry = self._journal.get(key)
         self._prints[key] = call = fingerprint(name, fn, args, kwargs)
@@ -361,10 +361,6 @@ def log_attempt(run_id, key: str, attempt: int, policy: RetryPolicy, error: str,
 def _retry_waiting_on(key, attempt, policy, retry_at) -> str:
     return (f"retry of step {key!r} (attempt {attempt} of {policy.max_attempts}) "
             f"at {retry_at:%Y-%m-%d %H:%M:%S} UTC")
-
-
-def _timeout_seconds(timeout) -> float | None:
-    return None if timeout is None else clock.seconds(timeout, "A step timeout", zero=False)
 
 
 def _check_key(key: str) -> None:

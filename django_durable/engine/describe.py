@@ -369,7 +369,7 @@ def _name(fn) -> str:
 
 def _unknown_permission(approvers) -> str | None:
     """What is wrong with approvers naming a permission that no model of an installed app declares."""
-    from ..services.approvals import approvers_spec, declared_permission
+    from ..approvers import approvers_spec, declared_permission
 
     try:
         permission = approvers_spec(approvers).get("permission")
@@ -384,7 +384,7 @@ def _unknown_permission(approvers) -> str | None:
 def _approvers_text(approvers) -> str:
     """Who may decide an approval, for a shape: the permission or group, or "users"."""
     try:
-        from ..services.approvals import approvers_spec
+        from ..approvers import approvers_spec
 
         spec = approvers_spec(approvers)
     except (ValueError, TypeError):

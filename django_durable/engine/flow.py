@@ -131,9 +131,9 @@ class Flow:
         to every run waiting for it (as ``durable.emit_event()`` does). Once per run, however
         often the code replays: the delivery commits with its journal entry. Return how many
         runs took the event (recorded, so a replay returns the same number)."""
-        from ..services.messages import _check_name
+        from ..workpool.messages import check_name  # the models load after this module
 
-        _check_name(name, "event")
+        check_name(name, "event")
         key = self._next_key(f"emit:{name}", claim=False)  # _step claims it
         outcome = self._step(key, _deliver, (name, payload), {}, atomic=True, retry=_EMIT_RETRY, timeout=None,
                              kind="emit", name=name)
@@ -150,7 +150,7 @@ class Flow:
 
 
 def _deliver(name: str, payload: Any) -> dict:
-    from ..services.messages import emit_event
+    from ..workpool.messages import emit_event
 
     return {"payload": payload, "delivered": emit_event(name, payload)}
 

@@ -22,8 +22,9 @@ from ..interrupts import (
     Suspend,
 )
 from ..models import WorkflowEvent, WorkflowRun
-from ..services import audit
+from ..approvers import open_approval
 from ..workpool import Outcome, endings
+from ..workpool.messages import take_stored_event
 from ..workpool.runs import create_run
 from . import asyncs
 from .alarm import Alarm
@@ -99,8 +100,6 @@ class Session:
 
     def open_approval(self, key: str, spec: dict, quorum: int, message: str, data: str, deadline) -> None:
         """Store the approval the wait `key` asks for (services.approvals.open_approval; idempotent)."""
-        from ..services.approvals import open_approval
-
         try:
             open_approval(self.claim.run_id, key, spec, quorum, message, data, deadline, self.db)
         except DatabaseError as exc:
@@ -108,9 +107,7 @@ class Session:
 
     def take_stored_event(self, key: str, name: str, match: str, since) -> tuple[int, str] | None:
         """A kept event `name` emitted before the wait `key` began that fits its `match` (JSON),
-        delivered to the wait (services.messages.take_stored_event), or None."""
-        from ..services.messages import take_stored_event
-
+        delivered to the wait (workpool.messages.take_stored_event), or None."""
         try:
             return take_stored_event(self.claim.run_id, key, name, serialization.decode(match) or {}, since,
                                      self.db)
@@ -121,8 +118,6 @@ class Session:
         """After this advance's new event waits committed: give each a kept event emitted while it
         was being recorded (emit_event delivered it to no wait, not seeing this one yet), and wake
         the run for it. Best effort: an error here leaves the wait waiting for the next event."""
-        from ..services.messages import take_stored_event
-
         waits, self.event_waits = self.event_waits, {}
         try:
             for key, (name, match, since) in waits.items():
@@ -303,7 +298,7 @@ def _advance(claim, run, should_stop, chain) -> Outcome:
         signals.send(signals.run_started, run.workflow, run_id=claim.run_id)
 
     try:
-        definition = registry.find(run.workflow) or _task_of(run.workflow) or registry.get(run.workflow)
+        definition = registry.load(run.workflow)  # a task's module may be imported now (tasks.load)
         arguments = serialization.decode(run.input)
         args, kwargs = arguments.get("args", []), arguments.get("kwargs", {})
     except WorkflowNotFound:
@@ -395,7 +390,7 @@ def _block(claim, run, session, exc: NonDeterminismError) -> Outcome:
     session.committed(records)
     logger.error("Run %s of %s is blocked, held for an operator: %s", claim.run_id, run.workflow, exc)
     try:
-        audit.record(claim.run_id, WorkflowEvent.Type.BLOCKED, by=None, message=str(exc), db=claim.db)
+        WorkflowEvent.record(claim.run_id, WorkflowEvent.Type.BLOCKED, by=None, message=str(exc), db=claim.db)
     except DatabaseError as error:  # the run is held either way; only the trail misses it
         logger.warning("Run %s: its blocking was not written to its audit trail (%s).", claim.run_id, error)
     signals.send(signals.run_blocked, run.workflow, run_id=claim.run_id, reason=str(exc))
@@ -454,15 +449,6 @@ def _timed_out(claim, run, session) -> Outcome:
     deadline = session.deadline
     exc = WorkflowTimeout(f"The run passed its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC (the workflow's timeout).")
     return _finish(claim, run, RunStatus.TIMED_OUT, error=_error_text(exc, with_traceback=False), session=session)
-
-
-def _task_of(name: str):
-    """The definition of the django.tasks task `name`, imported from its app if need be (tasks.load)."""
-    try:
-        from .. import tasks
-    except ImportError:  # neither Django 6 nor the django-tasks backport: no tasks
-        return None
-    return tasks.load(name)
 
 
 def _retried(exc: Exception, definition) -> bool:

@@ -39,7 +39,9 @@ class Waits:
         SignalTimeout if `timeout` passes first. Keyed `signal:<name>:<n>` by call order unless
         `key` is given.
         """
-        _check_name(name, "signal")
+        from ..workpool.messages import check_name  # the models load after this module
+
+        check_name(name, "signal")
         key = key or self._auto_key("signal", name)
         return self._wait(key, "signal", name, timeout=_timeout(timeout))
 
@@ -53,7 +55,9 @@ class Waits:
         (DURABLE_EVENT_RETENTION): the oldest such event this run has not taken yet is returned
         at once. Each event is taken once per run. Raise SignalTimeout if `timeout` passes first.
         """
-        _check_name(name, "event")
+        from ..workpool.messages import check_name
+
+        check_name(name, "event")
         if match is not None and not (isinstance(match, dict) and all(isinstance(k, str) for k in match)):
             raise ValueError(f"match must be a dict of field names to values, not {match!r}.")
         if since is not None and (not isinstance(since, dt.datetime) or timezone.is_naive(since)):
@@ -73,7 +77,7 @@ class Waits:
         is in the run's audit trail with its user. Raise ApprovalTimeout if `timeout` passes
         first. See django_durable.services.approvals.
         """
-        from ..services.approvals import approvers_spec
+        from ..approvers import approvers_spec
 
         spec = approvers_spec(approvers)
         if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= 100:
@@ -161,11 +165,6 @@ def _waiting_on(kind, name, deadline, match) -> str:
         return f"approval {name!r}{until}"
     matching = f" matching {match}" if match and match != "{}" else ""
     return f"event {name!r}{matching}{until}"
-
-
-def _check_name(name, what) -> None:
-    if not isinstance(name, str) or not 0 < len(name) <= 200:
-        raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {name!r}.")
 
 
 def _timeout(timeout) -> float | None:

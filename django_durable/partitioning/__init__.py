@@ -3,6 +3,7 @@ of a day, a week or a month, so that old history leaves by DROP, not DELETE.
 
 - journal.py: ``PartitionJournal`` and the journal's partitions (by its run's creation time);
 - runs.py: ``PartitionRuns`` and the runs table's partitions (by the time in the run's id);
+- keys.py: which partition a run falls in (the models stand on it, so it imports none);
 - tables.py: what both share.
 
 ``maintain()`` (``manage.py durable partitions maintain``, every worker's start-up and the

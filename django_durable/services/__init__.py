@@ -1,6 +1,9 @@
 """The service functions that the Python API, the admin, the REST API and the CLI all call.
 
-Nothing else changes a run's status: they enforce its state machine.
+The surfaces change a run only through these, which check its state (raising InvalidTransition,
+RunFinished, ...) before they change it. The changes themselves are the workpool's transitions
+(workpool/runs.py, workpool/endings.py, WorkflowRun.objects.back_to_pending()), which the
+workers and the engine call too.
 """
 
 from .control import cancel, duplicate, force_fail, recover, release_claim, retry_rollback, retry_run, wake

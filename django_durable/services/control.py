@@ -16,7 +16,6 @@ from .. import clock, conf, ids, registry, serialization, workpool
 from ..workpool import endings, evidence, locking
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
-from . import audit
 from .locks import lock_run, lock_unfinished
 from ..workpool.runs import advance_item, create_run, set_deadline
 from .runs import _run_pk, get_run
@@ -49,7 +48,7 @@ def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> Workf
             return run
         if run.status in WorkflowRun.TERMINAL:
             raise RunFinished(pk, run.status)
-        audit.record(pk, EventType.CANCELLED, by=by, message=reason or "", db=db)
+        WorkflowEvent.record(pk, EventType.CANCELLED, by=by, message=reason or "", db=db)
         endings.cancel_run(run, error, db, descendants=descendants)
     run.refresh_from_db()
     return run
@@ -69,7 +68,7 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
     with transaction.atomic(using=db):
         descendants = locking.lock_descendants(pk, db)
         run = lock_unfinished(pk, db)
-        audit.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
+        WorkflowEvent.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
         _take_item(pk, db, WorkItem.Status.COMPLETED)
         endings.end_run(pk, Status.FAILED, db=db, error=error, descendants=descendants,
                         why=f"Its parent run {pk} was forced to fail.")
@@ -101,7 +100,7 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
         run = lock_run(pk, db)
         if run.status == Status.BLOCKED:
             _give_advance_back(run, db)
-            audit.record(pk, EventType.RETRIED, by=by, data={"from": Status.BLOCKED}, db=db)
+            WorkflowEvent.record(pk, EventType.RETRIED, by=by, data={"from": Status.BLOCKED}, db=db)
             run.refresh_from_db()
             return run
         check_restartable(run, db)
@@ -113,7 +112,7 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
             raise InvalidTransition(
                 f"Workflow run {pk} cannot go again while another run of {run.workflow} for its subject "
                 f"({run.subject_label or run.subject_id}) is unfinished.") from None
-        audit.record(pk, EventType.RETRIED, by=by, data={"from": previous}, db=db)
+        WorkflowEvent.record(pk, EventType.RETRIED, by=by, data={"from": previous}, db=db)
     run.refresh_from_db()
     return run
 
@@ -192,7 +191,7 @@ def retry_rollback(run_id, *, by: str | None = None) -> WorkflowRun:
             raise InvalidTransition(
                 f"Workflow run {pk} is {run.status}, not compensation_failed: there is no rollback to retry."
             )
-        audit.record(pk, EventType.ROLLBACK_RETRIED, by=by, db=db)
+        WorkflowEvent.record(pk, EventType.ROLLBACK_RETRIED, by=by, db=db)
         Step.objects.using(db).filter(run_id=pk, kind=Step.Kind.ROLLBACK, status=Step.Status.FAILED).delete()
         WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending(
             from_statuses=[Status.COMPENSATION_FAILED], finished_at=None)
@@ -243,7 +242,7 @@ def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
             status=Timer.Status.FIRED, fire_at=now, fired_at=now
         )
         workpool.wake([pk], db=db)
-        audit.record(pk, EventType.WOKEN, by=by, data={"timers": [f"{kind} {key}".strip() for _, kind, key in rows]},
+        WorkflowEvent.record(pk, EventType.WOKEN, by=by, data={"timers": [f"{kind} {key}".strip() for _, kind, key in rows]},
                      db=db)
     return fired
 
@@ -271,7 +270,7 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
             if not WorkflowRun.objects.using(db).filter(pk=pk).stuck(lease_expired=False).exists():
                 continue  # something advanced it meanwhile
             _give_advance_back(run, db)
-            audit.record(pk, EventType.RECOVERED, by=by, message="Nothing would advance it; its advance was given back.",
+            WorkflowEvent.record(pk, EventType.RECOVERED, by=by, message="Nothing would advance it; its advance was given back.",
                          db=db)
             recovered.append(pk)
     return recovered
@@ -298,9 +297,9 @@ def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:
     with transaction.atomic(using=db):
         run = create_run(definition, arguments.get("args", []), arguments.get("kwargs", {}), queue=source.queue,
                          priority=source.priority)
-        audit.record(run.pk, EventType.DUPLICATED, by=by, message=f"A duplicate of run {source.pk}.",
+        WorkflowEvent.record(run.pk, EventType.DUPLICATED, by=by, message=f"A duplicate of run {source.pk}.",
                      data={"source": str(source.pk)}, db=db)
-        audit.record(source.pk, EventType.DUPLICATED, by=by, message=f"Duplicated as run {run.pk}.",
+        WorkflowEvent.record(source.pk, EventType.DUPLICATED, by=by, message=f"Duplicated as run {run.pk}.",
                      data={"duplicate": str(run.pk)}, db=db)
     return run
 
@@ -323,7 +322,7 @@ def release_claim(item_id: int, *, by: str | None = None) -> bool:
         if released and run_id is not None:
             if kind == WorkItem.Kind.ADVANCE:
                 WorkflowRun.objects.using(db).filter(pk=run_id).back_to_pending()
-            audit.record(run_id, EventType.CLAIM_RELEASED, by=by, message=f"Taken from worker {claimed_by}.",
+            WorkflowEvent.record(run_id, EventType.CLAIM_RELEASED, by=by, message=f"Taken from worker {claimed_by}.",
                          data={"item": item_id, "kind": kind}, db=db)
         if released:
             workpool.notify(db)

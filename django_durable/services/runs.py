@@ -107,13 +107,12 @@ def start_run(
         run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
                          priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
     else:
-        from . import audit
 
         db = conf.get("DATABASE")
         with transaction.atomic(using=db):
             run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
                              priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
-            audit.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
+            WorkflowEvent.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
     warning = unknown_queue(queue)
     if warning:
         run.warning = warning  # shown by the REST API and the command line

@@ -10,7 +10,6 @@ from django.db.models import F, Max
 from .. import clock, conf, partitioning, serialization, workpool
 from ..exceptions import InvalidTransition, RunFinished, StepNotFound
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
-from . import audit
 from .control import check_restartable, restart
 from .locks import lock_run
 from .runs import _run_pk
@@ -65,7 +64,7 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
                     f"Branch {key!r} of run {pk} has ended; skip it once its run has failed."
                 )
         now = clock.db_now()
-        audit.record(pk, WorkflowEvent.Type.STEP_SKIPPED, by=by, message=f"Step {key!r}", db=db, data={
+        WorkflowEvent.record(pk, WorkflowEvent.Type.STEP_SKIPPED, by=by, message=f"Step {key!r}", db=db, data={
             "key": key, "result": serialization.display_text(text)[:AUDIT_CHARS],  # as people read it
             "previous": None if entry is None else {"status": entry.status, "error": _error_summary(entry.error)},
         })
@@ -127,7 +126,7 @@ def edit_step_result(run_id, key: str, result: Any, *, by: str | None = None) ->
             raise InvalidTransition(
                 f"A worker is advancing run {pk} now; edit the step when the run waits or has ended."
             )
-        audit.record(pk, WorkflowEvent.Type.STEP_EDITED, by=by, message=f"Step {key!r}", db=db, data={
+        WorkflowEvent.record(pk, WorkflowEvent.Type.STEP_EDITED, by=by, message=f"Step {key!r}", db=db, data={
             "key": key, "old": serialization.display_text(entry.result)[:AUDIT_CHARS],
             "new": serialization.display_text(text)[:AUDIT_CHARS],
         })

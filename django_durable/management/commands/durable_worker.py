@@ -8,7 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_durable.supervisor import Supervisor
+from django_durable.worker.supervisor import Supervisor
 from django_durable.worker import Worker
 
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
         if reload:
             if burst:
                 raise CommandError("--reload keeps a worker running; it does not go with --burst.")
-            from django_durable.reloader import Reloader, project_root, worker_command
+            from django_durable.worker.reloader import Reloader, project_root, worker_command
 
             from django_durable import conf
 

@@ -1,33 +1,29 @@
-"""The worker process: claim work, advance runs, keep leases alive, recover others' expired claims."""
+"""A worker process: claim work, advance runs, keep leases alive, recover others' expired claims."""
 
 from __future__ import annotations
 
 import logging
 import os
-import random
-import select
 import signal
 import socket
 import sys
 import threading
 import time
 
-from django.db import DatabaseError, InterfaceError, connections
-
-from . import conf, partitioning, schedules, serialization, workpool
-from .checks import check_sqlite_journal
-from .humanize import one_line
-from .engine import alarm
-from .engine.branches import run_branch
-from .engine.replay import advance
-from .interrupts import DatabaseUnavailable, LeaseLost
+from .. import conf, partitioning, schedules, serialization, workpool
+from ..checks import check_sqlite_journal
+from ..engine import alarm
+from ..engine.branches import run_branch
+from ..engine.replay import advance
+from ..humanize import one_line
+from ..interrupts import DatabaseUnavailable, LeaseLost
+from ..models import WorkflowRun, WorkItem
+from ..workpool import Outcome
+from .connection import DB_ERRORS, Backoff, close_connection, report_lost
 from .maintenance import Maintenance
-from .models import WorkflowRun, WorkItem
-from .workpool import Outcome
+from .waiter import Waiter
 
 logger = logging.getLogger("django_durable.worker")
-
-DB_ERRORS = (DatabaseError, InterfaceError, DatabaseUnavailable)
 
 # The exit code of a worker process that asks its supervisor for a replacement.
 EXIT_REPLACE = 75
@@ -285,114 +281,5 @@ def refused(exc: BaseException) -> bool:
     return isinstance(cause, (DataError, IntegrityError))
 
 
-def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:
-    """Log, once per claim, that `worker` lost `claim` (to a lapsed lease or an operator)."""
-    if claim.reported:
-        return
-    claim.reported = True
-    kind = "run" if claim.kind == WorkItem.Kind.ADVANCE else f"branch {claim.step_key!r} of run"
-    logger.warning("Worker %s lost its claim on %s %s and %s; another worker goes on with it.",
-                   worker, kind, claim.run_id, what)
-
-
-def close_connection(db: str) -> None:
-    try:
-        connections[db].close()
-    except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is gone anyway
-        pass
-
-
-class Backoff:
-    """Jittered exponential back-off for retrying the database."""
-
-    def __init__(self, first: float = 0.1, cap: float = 5.0):
-        self.first, self.cap, self.current = first, cap, first
-
-    def next(self) -> float:
-        delay = random.uniform(self.current / 2, self.current)
-        self.current = min(self.current * 2, self.cap)
-        return delay
-
-    def reset(self) -> None:
-        self.current = self.first
-
-
 # Seconds between claims while a queue's limits hold back ready work.
 LIMITED_POLL = 0.05
-
-
-# libpq's TCP keepalives for the listening session: a dead peer is found within about 25 seconds.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
-
-
-class Waiter:
-    """Sleeps until work may be ready: a NOTIFY on PostgreSQL, a stop request, or the poll interval.
-
-    LISTEN needs a dedicated session; behind a transaction-mode pooler it silently hears
-    nothing, which only makes us slower: the poll interval keeps everything correct.
-    """
-
-    def __init__(self, db: str, wake_fd: int):
-        self.db = db
-        self.wake_fd = wake_fd
-        self.listener = None
-        self._listen_failed_at = 0.0
-
-    def listen(self):
-        if self.listener is not None or connections[self.db].vendor != "postgresql":
-            return self.listener
-        if not conf.get("LISTEN_NOTIFY") or time.monotonic() - self._listen_failed_at < 10:
-            return None
-        try:
-            import psycopg
-
-            params = connections[self.db].get_connection_params()
-            params.pop("cursor_factory", None)
-            # A session that only listens sends nothing: without keepalives a host cut off from the
-            # database (or a server restarted meanwhile) would leave it waiting on a dead socket.
-            for name, value in KEEPALIVES.items():
-                params.setdefault(name, value)
-            self.listener = psycopg.connect(**params, autocommit=True)
-            self.listener.execute(f"LISTEN {workpool.NOTIFY_CHANNEL}")
-        except Exception as exc:  # noqa: BLE001 - polling still works without notifications
-            logger.warning("LISTEN failed (%s); polling only.", exc)
-            self._listen_failed_at = time.monotonic()
-            self.close()
-            return None
-        if self._listen_failed_at:
-            logger.info("Listening for notifications again.")
-            self._listen_failed_at = 0.0
-        return self.listener
-
-    def wait(self, timeout: float) -> None:
-        listener = self.listen()
-        fds = [self.wake_fd] + ([listener.fileno()] if listener is not None else [])
-        try:
-            select.select(fds, [], [], timeout)
-            if listener is not None and sum(1 for _ in listener.notifies(timeout=0)):
-                logger.debug("Woken by a notification.")
-        except Exception as exc:  # noqa: BLE001 - a dead listener is replaced on the next wait
-            logger.warning("Lost the LISTEN connection (%s); polling every %gs, listening again in 10s.",
-                           exc, timeout)
-            self._listen_failed_at = time.monotonic()
-            self.close()
-        self._drain()
-
-    def sleep(self, seconds: float) -> None:
-        select.select([self.wake_fd], [], [], seconds)
-        self._drain()
-
-    def _drain(self) -> None:
-        try:
-            while os.read(self.wake_fd, 64):
-                pass
-        except BlockingIOError:
-            pass
-
-    def close(self) -> None:
-        if self.listener is not None:
-            try:
-                self.listener.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self.listener = None

@@ -14,9 +14,11 @@ import socket
 import threading
 import time
 
-from . import clock, conf, machine, schedules, workpool
-from .engine import alarm
-from .humanize import one_line
+from .. import clock, conf, schedules, workpool
+from ..engine import alarm
+from ..humanize import one_line
+from . import machine
+from .connection import DB_ERRORS, close_connection, report_lost
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -43,8 +45,6 @@ class Maintenance(threading.Thread):
         self.next_timers = min(self.next_timers, time.monotonic() + max(0.0, seconds))
 
     def run(self) -> None:
-        from .worker import DB_ERRORS, close_connection, report_lost
-
         worker = self.worker
         now = time.monotonic()
         next_reap = now + random.uniform(0, self.reaper_interval)
@@ -142,7 +142,7 @@ class Presence:
         self.started_at = None
 
     def report(self, claim, stopped: bool = False) -> None:
-        from .models import Worker
+        from ..models import Worker
 
         worker, db = self.worker, self.worker.db
         now = clock.db_now()
@@ -173,7 +173,7 @@ def release_dead_neighbours(name: str, db: str) -> int:
     Only what is certain: a worker elsewhere, or whose machine is unknown, keeps its claims until
     their leases run out. Called by a worker as it starts (named `name`), before it reports itself.
     """
-    from .models import Worker
+    from ..models import Worker
 
     here = machine.identity()
     if not here:

@@ -10,9 +10,9 @@ import time
 
 from django.db import DatabaseError, connections
 
-from . import conf, workpool
-from .humanize import one_line
-from .worker import EXIT_REPLACE, Worker, process_name
+from .. import conf, workpool
+from ..humanize import one_line
+from .process import EXIT_REPLACE, Worker, process_name
 
 logger = logging.getLogger("django_durable.worker")
 

@@ -1,0 +1,252 @@
+"""The workpool's tables: work items and their QuerySet verbs (every transition of an item), the
+queues' rate-limit state, and timers."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
+
+from .. import clock
+from .base import DurableManager
+
+
+_RUNNING = ('(SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = \'processing\' '
+            'AND "running"."queue" = %s AND "running"."id" <> %s{same_key}) < %s')
+_SAME_KEY = ' AND "running"."concurrency_key" = "durable_work_item"."concurrency_key"'
+
+
+# The status of ready items, as a constant in the SQL (WorkItemQuerySet.ready).
+_PENDING = RawSQL("'pending'", [])
+
+
+def _within(limit, ending, now: str) -> RawSQL:
+    """The condition an item of `limit.name` meets when its queue's limits let it be claimed now.
+
+    The counts are what is processing now; on PostgreSQL the claim has taken its turn on the
+    queue's lock first (workpool/postgres.py), so no other claim of the queue changes them meanwhile.
+    """
+    terms, params = [], []
+    if limit.concurrency is not None:
+        terms.append(_RUNNING.format(same_key=""))
+        params += [limit.name, ending, limit.concurrency]
+    if limit.key_concurrency is not None:
+        terms.append(f'("durable_work_item"."concurrency_key" = \'\' OR {_RUNNING.format(same_key=_SAME_KEY)})')
+        params += [limit.name, ending, limit.key_concurrency]
+    if limit.rate is not None:
+        terms.append('NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s '
+                     f'AND "rated"."next_claim_at" > {now})')
+        params.append(limit.name)
+    return RawSQL(f'("durable_work_item"."queue" <> %s OR ({" AND ".join(terms)}))', [limit.name, *params],
+                  output_field=models.BooleanField())
+
+
+class WorkItemQuerySet(models.QuerySet):
+    def ready(self, queues=None, avoid=(), limits=(), ending=0):
+        """Pending items whose time has come, in claim order (leaving out the ids in `avoid`).
+
+        `limits` (queues.QueueLimits) leave out the items their queue's limits hold back now:
+        a full queue, a full concurrency key, a rate not due yet. `ending` is the item whose end
+        the claim is part of: it no longer counts as running.
+        """
+        # 'pending' is written into the statement, not passed as a parameter: PostgreSQL plans a
+        # prepared claim once (a generic plan) only if that plan can use the partial index of
+        # pending items; with `status = $1` it plans the statement again at every execution.
+        qs = self.filter(status=_PENDING, available_at__lte=clock.db_now())
+        if queues:
+            qs = qs.filter(queue__in=queues)
+        if avoid:
+            qs = qs.exclude(id__in=avoid)
+        if limits:
+            from django.db import connections
+
+            now = clock.now_sql(connections[self.db].vendor)
+            for limit in limits:
+                qs = qs.filter(_within(limit, ending, now))
+        return qs.order_by("-priority", "available_at", "id")
+
+    def expired(self):
+        """Claimed items whose lease has run out (by the database's clock), or that have none.
+
+        A processing item without a lease (written by hand, or by a bug) would otherwise be
+        held for ever: it counts as expired.
+        """
+        return self.filter(Q(claim_expires_at__lt=clock.db_now()) | Q(claim_expires_at__isnull=True),
+                           status=WorkItem.Status.PROCESSING)
+
+    # The transitions of a work item, each written once here and called by the reaper, the
+    # SQLite workpool and the operator services (the PostgreSQL statements in workpool/postgres.py
+    # spell the same ones in SQL).
+
+    def free(self, status: str, **fields) -> int:
+        """Drop the claim on these items (any later write by its holder is fenced out) and set `status`."""
+        return self.update(status=status, claim_token=None, claimed_by="", claim_expires_at=None, **fields)
+
+    def requeue(self, **fields) -> int:
+        """Free these items and make them ready now, for the next worker."""
+        return self.free(WorkItem.Status.PENDING, available_at=clock.db_now(), **fields)
+
+    def wake(self) -> int:
+        """Make these items ready now; one being processed is flagged to go again when it ends."""
+        Status = WorkItem.Status
+        return self.update(
+            status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
+            available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
+            wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
+        )
+
+    def end(self, status: str, **fields) -> int:
+        """Free these items with their delivery count reset, as an item that finished its turn."""
+        fields.setdefault("available_at", clock.db_now())
+        return self.free(status, attempts=0, wake=False, **fields)
+
+
+class WorkItem(models.Model):
+    """One unit in the workpool: advance a run, run a step, or run a task."""
+
+    class Kind(models.TextChoices):
+        ADVANCE = "advance", "Advance run"
+        STEP = "step", "Run step"
+        TASK = "task", "Run task"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        PROCESSING = "processing", "Processing"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ADVANCE)
+    run = models.ForeignKey(
+        "WorkflowRun", null=True, blank=True, on_delete=models.CASCADE, related_name="work_items"
+    )
+    step_key = models.CharField(max_length=255, blank=True, default="")
+    group = models.CharField(
+        max_length=255, blank=True, default="", help_text="A step item's parallel group (its journal key)."
+    )
+    function = models.CharField(
+        max_length=255, blank=True, default="", help_text="A step item's function, module.qualname."
+    )
+    input = models.TextField(null=True, blank=True, help_text="JSON: a step item's arguments and options.")
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    concurrency_key = models.CharField(
+        max_length=200, blank=True, default="", db_default="", help_text="Its run's concurrency key."
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    available_at = models.DateTimeField(db_default=Now())
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Deliveries since the item last finished; counted at claim."
+    )
+    wake = models.BooleanField(
+        default=False, help_text="Set when a wakeup arrives while the item is being processed."
+    )
+    claim_token = models.UUIDField(
+        null=True, blank=True, help_text="Set while, and only while, the item is processing."
+    )
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    missing_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Since when the workers that claimed it lacked its workflow or branch function (a rolling deploy).",
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    objects = DurableManager.from_queryset(WorkItemQuerySet)()
+
+    class Meta:
+        db_table = "durable_work_item"
+        permissions = [("release_workitem", "Can release the claims of work items")]
+        constraints = [
+            # A run has exactly one advance item, reused for every advance: a wakeup flips it
+            # back to pending (or sets `wake` while it is processing), so wakeups never pile
+            # up and two workers can never advance one run at once.
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(kind="advance"), name="durable_one_advance_per_run"
+            ),
+        ]
+        indexes = [
+            # The claim path: only pending rows, in claim order. Partial, so the index stays
+            # as small as the backlog however many finished items the table holds. Workers
+            # that serve every queue read the first; workers of one queue read the second, so
+            # a backlog in another queue is never scanned.
+            models.Index(
+                fields=["-priority", "available_at", "id"],
+                condition=Q(status="pending"),
+                name="durable_work_item_ready",
+            ),
+            models.Index(
+                fields=["queue", "-priority", "available_at", "id"],
+                condition=Q(status="pending"),
+                name="durable_work_item_ready_q",
+            ),
+            # The reaper's path: claims by expiry.
+            models.Index(
+                fields=["claim_expires_at"],
+                condition=Q(status="processing"),
+                name="durable_work_item_claimed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id} ({self.status})"
+
+
+class QueueState(models.Model):
+    """What a queue's rate limit remembers across workers: the earliest its next claim may be.
+
+    A row exists only for a queue with a rate_limit (DURABLE_QUEUES), made by its first claim.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    next_claim_at = models.DateTimeField()
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_queue"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Timer(models.Model):
+    """Something that must happen at a time: wake a sleeping run, retry a step, start a run."""
+
+    class Kind(models.TextChoices):
+        SLEEP = "sleep", "Sleep"
+        RETRY = "retry", "Retry"
+        SIGNAL_TIMEOUT = "signal_timeout", "Signal timeout"
+        DEADLINE = "deadline", "Deadline"
+        SCHEDULE = "schedule", "Schedule"
+        DELAYED_START = "delayed_start", "Delayed start"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        FIRED = "fired", "Fired"
+        CANCELLED = "cancelled", "Cancelled"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    run = models.ForeignKey(
+        "WorkflowRun", null=True, blank=True, on_delete=models.CASCADE, related_name="timers"
+    )
+    step_key = models.CharField(max_length=255, blank=True, default="")
+    fire_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(db_default=Now())
+    fired_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_timer"
+        indexes = [
+            models.Index(
+                fields=["fire_at"], condition=Q(status="pending"), name="durable_timer_due"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id} at {self.fire_at:%Y-%m-%d %H:%M:%S} ({self.status})"

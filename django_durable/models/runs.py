@@ -1,0 +1,375 @@
+"""Workflow runs: the run, its QuerySet verbs, and what a run is about (its subject)."""
+
+from __future__ import annotations
+
+import re
+
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.db import models
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
+
+from .. import clock, conf, serialization
+from ..humanize import short_id
+from ..ids import EPOCH, uuid7
+from ..partitioning import keys
+from .base import DurableManager
+from .journal import Step
+from .pool import Timer, WorkItem
+
+
+class SubjectRelation(GenericForeignKey):
+    """A run's subject (start(..., subject=row)), read on the row's own database, not the run's:
+    with DURABLE_DATABASE apart, the durable database has neither the content types nor the rows.
+    None without one, or once the row is deleted (subject_label still names it)."""
+
+    def __get__(self, instance, cls=None):
+        if instance is None:
+            return self
+        if self.is_cached(instance):
+            return self.get_cached_value(instance)
+        subject = None
+        if instance.subject_type_id is not None:
+            from django.contrib.contenttypes.models import ContentType
+
+            model = ContentType.objects.get_for_id(instance.subject_type_id).model_class()
+            if model is not None:
+                subject = model._default_manager.filter(pk=instance.subject_id).first()
+        self.set_cached_value(instance, subject)
+        return subject
+
+
+class IdTimeField(models.DateTimeField):
+    """WorkflowRun.id_time: filled in from the run's id when the row is inserted (ids.id_time), so
+    that every way of making a run (the ORM, bulk_create, an import) puts it in its partition."""
+
+    def pre_save(self, model_instance, add):
+        if add:
+            value = keys.key(model_instance.pk, model_instance._state.db or conf.get("DATABASE"))
+            setattr(model_instance, self.attname, value)
+            return value
+        return super().pre_save(model_instance, add)
+
+    def deconstruct(self):
+        # Migrations name it where it was first defined, which the models package still exports.
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django_durable.models.IdTimeField", args, kwargs
+
+
+class WorkflowRunQuerySet(models.QuerySet):
+    def filter(self, *args, **kwargs):
+        """QuerySet.filter(); where runs are partitioned, a lookup by id (pk=, pk__in=) also names
+        the partitions of those ids, so that it reads them and not every one (partitioning/keys.py)."""
+        return super().filter(*args, **kwargs, **keys.lookup(self.db, kwargs))
+
+    def unfinished(self):
+        return self.exclude(status__in=WorkflowRun.TERMINAL)
+
+    def finished(self):
+        return self.filter(status__in=WorkflowRun.TERMINAL)
+
+    def of_kind(self, kind: str):
+        """Runs of workflows ("workflow") or of django.tasks tasks ("task"), as the registry of
+        this process knows them; ValueError for another kind."""
+        from .. import registry
+
+        if kind not in ("workflow", "task"):
+            raise ValueError(f"Not a kind: {kind[:50]!r}; use workflow or task.")
+        tasks = [d.name for d in registry.definitions() if d.kind == "task"]
+        return self.filter(workflow__in=tasks) if kind == "task" else self.exclude(workflow__in=tasks)
+
+    def waiting_for(self, kind: str):
+        """Unfinished runs waiting for `kind` (WorkflowRun.WAITING_FOR); ValueError for another."""
+        prefixes = WorkflowRun.WAITING_FOR.get(kind)
+        if prefixes is None:
+            raise ValueError(f"Not a kind of wait: {kind[:50]!r}; use {', '.join(WorkflowRun.WAITING_FOR)}.")
+        condition = Q()
+        for prefix in prefixes:
+            condition |= Q(waiting_on__startswith=prefix)
+        return self.exclude(status__in=WorkflowRun.TERMINAL).filter(condition)
+
+    def stuck(self, *, lease_expired: bool = True, nothing_pending: bool = True):
+        """Unfinished runs whose worker's lease expired, or that nothing will ever advance.
+
+        Nothing will advance a run that has no queued or claimed work item, no pending timer, no
+        wait for a signal or event (those come from outside), and no unfinished child.
+        """
+        run = OuterRef("pk")
+        expired = Exists(WorkItem.objects.filter(run=run, status=WorkItem.Status.PROCESSING,
+                                                 claim_expires_at__lt=clock.db_now()))
+        idle = (
+            ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
+            & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
+            & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING,
+                                          kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT, Step.Kind.APPROVAL]))
+            & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
+        )
+        if lease_expired and nothing_pending:
+            condition = expired | idle
+        elif lease_expired:
+            condition = expired
+        else:
+            condition = idle
+        # Named statuses rather than "not terminal": the planner then starts from the few unfinished
+        # runs on the status index instead of walking the whole table.
+        # A blocked run is held for an operator on purpose (durable.retry_run() resumes it).
+        unfinished = [status for status in WorkflowRun.Status.values
+                      if status not in WorkflowRun.TERMINAL and status != WorkflowRun.Status.BLOCKED]
+        return self.filter(status__in=unfinished).filter(condition)
+
+    def back_to_pending(self, *, waiting_on: str = "", from_statuses=None, **fields) -> int:
+        """These runs wait for their next advance (``pending``); return how many moved.
+
+        The one way a run goes back to pending: by default a run a worker was advancing, whose
+        item was freed (a lost lease, a released claim, code the worker lacks); `from_statuses`
+        names others (a blocked run resumed, a finished run restarted), `waiting_on` says what it
+        waits for, and `fields` are set with it (what a restart resets). The caller makes its
+        advance item ready (WorkItemQuerySet.requeue, end) in the same transaction; the
+        PostgreSQL twin is queries.RELEASE (a worker handing its run back).
+        """
+        statuses = (WorkflowRun.Status.RUNNING,) if from_statuses is None else tuple(from_statuses)
+        return self.filter(status__in=statuses).update(
+            status=WorkflowRun.Status.PENDING, waiting_on=waiting_on, updated_at=clock.db_now(), **fields
+        )
+
+
+class WorkflowRun(models.Model):
+    """One execution of a workflow."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        WAITING = "waiting", "Waiting"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+        TIMED_OUT = "timed_out", "Timed out"
+        COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
+        BLOCKED = "blocked", "Blocked: the code changed"
+
+    TERMINAL = frozenset(
+        {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT, Status.COMPENSATION_FAILED}
+    )
+    # The kinds of wait, by how the engine starts `waiting_on` for each (the admin and the API
+    # filter on them: ?waiting_for=signal).
+    WAITING_FOR = {
+        "sleep": ("sleep ",),
+        "retry": ("retry of ",),
+        "signal": ("signal ",),
+        "event": ("event ",),
+        "approval": ("approval ",),
+        "children": ("parallel ", "child workflow "),
+        "start": ("starts at ",),
+        "code": ("a worker that has ", "a fix of the code"),
+    }
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    workflow = models.CharField(max_length=200, help_text="The registered workflow name.")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    waiting_on = models.CharField(max_length=500, blank=True, default="")
+    input = models.TextField(default="{}", help_text="JSON: the args and kwargs of the run.")
+    result = models.TextField(null=True, blank=True, help_text="JSON: what the workflow returned.")
+    error = models.TextField(null=True, blank=True, help_text="JSON: type, message and traceback.")
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=1)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    parent = models.ForeignKey(
+        # Deleting a finished parent must not take an unfinished child with it.
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    detached = models.BooleanField(
+        default=False, db_default=False, help_text="A child started detached: it goes on when its parent ends otherwise than completed."
+    )
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_key = models.CharField(
+        max_length=200, blank=True, default="", db_default="",
+        help_text="Runs of one key share their queue's key_concurrency (DURABLE_QUEUES), e.g. a tenant.",
+    )
+    awaited = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="Someone waits for its result (durable.wait on PostgreSQL): its end is announced by NOTIFY.",
+    )
+    last_worker = models.CharField(
+        max_length=200, blank=True, default="", db_default="", editable=False,
+        help_text="The worker that last claimed the run to advance it.",
+    )
+    last_claimed_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                           help_text="When a worker last claimed the run to advance it.")
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    scheduled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the run was due to start: a delayed start or a schedule's fire time."
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # The partition key where runs are partitioned (PostgreSQL, partitioning/runs.py): the time its
+    # id carries (ids.id_time). 1970 otherwise, and for the runs made before they were partitioned.
+    id_time = IdTimeField(
+        db_default=EPOCH, editable=False,
+        help_text="Where runs are partitioned: the time in the run's id (its partition); 1970 otherwise.",
+    )
+    # The model row the run is about (start(..., subject=order)): a generic relation, so deleting
+    # the row leaves its runs (their `subject` is then None; `subject_label` still names it).
+    # No constraint and no cascade: the content types may live on another database than the durable
+    # tables (DURABLE_DATABASE); a deleted content type's runs lose it by a receiver (subjects.py).
+    subject_type = models.ForeignKey("contenttypes.ContentType", null=True, blank=True, on_delete=models.DO_NOTHING,
+                                     db_constraint=False, related_name="+")
+    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    subject = SubjectRelation("subject_type", "subject_id")
+    subject_label = models.CharField(max_length=200, null=True, blank=True, help_text="str() of the subject at start.")
+    # Set for a one_at_a_time workflow's run: "<content type>:<pk>", unique among its unfinished runs.
+    subject_lock = models.CharField(max_length=300, null=True, blank=True, editable=False)
+
+    objects = DurableManager.from_queryset(WorkflowRunQuerySet)()
+
+    class Meta:
+        db_table = "durable_workflow_run"
+        ordering = ["-created_at"]
+        constraints = [
+            # Starting twice with one idempotency key must give one run, race-free: the
+            # database decides, not a read-then-insert.
+            models.UniqueConstraint(
+                fields=["workflow", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="durable_run_idempotency_key",
+            ),
+            # one_at_a_time: at most one unfinished run of a workflow per subject, decided by the
+            # database (two concurrent starts cannot both pass a check).
+            models.UniqueConstraint(
+                fields=["workflow", "subject_lock"],
+                condition=Q(subject_lock__isnull=False) & ~Q(status__in=[
+                    "completed", "failed", "cancelled", "timed_out", "compensation_failed"]),
+                name="durable_run_one_at_a_time",
+            ),
+        ]
+        indexes = [
+            # The admin's run list, newest first (its order ends with the id, as the admin's does:
+            # without it the list sorts the whole table), also by status and by workflow.
+            models.Index(fields=["status", "-created_at", "-id"], name="durable_run_status_list"),
+            models.Index(fields=["workflow", "-created_at", "-id"], name="durable_run_workflow_list"),
+            models.Index(fields=["-created_at", "-id"], name="durable_run_created_list"),
+            models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="durable_run_finished"),
+            # durable.runs_for(obj) and the runs shown on a model's admin page.
+            models.Index(fields=["subject_type", "subject_id", "-created_at"], condition=Q(subject_id__isnull=False),
+                         name="durable_run_subject"),
+        ]
+        permissions = [
+            ("view_payload_workflowrun", "Can view the inputs, results and errors of workflow runs"),
+            ("start_workflowrun", "Can start and duplicate workflow runs"),
+            ("cancel_workflowrun", "Can cancel workflow runs"),
+            ("retry_workflowrun", "Can retry workflow runs from their last checkpoint"),
+            ("forcefail_workflowrun", "Can force workflow runs to fail"),
+            ("skipstep_workflowrun", "Can skip a step of a workflow run"),
+            ("editstep_workflowrun", "Can edit the recorded result of a step"),
+            ("retryrollback_workflowrun", "Can retry the rollback of workflow runs"),
+            ("signal_workflowrun", "Can send signals to workflow runs"),
+            ("wake_workflowrun", "Can fire the timers of workflow runs early"),
+        ]
+
+    @property
+    def short_id(self) -> str:
+        """The end of the id the admin, the example and the command line show (humanize.short_id)."""
+        return short_id(self.pk)
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} ({self.status})"
+
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.TERMINAL
+
+    def get_input(self) -> dict:
+        return serialization.decode(self.input)
+
+    def get_result(self):
+        """Return the decoded result of a completed run."""
+        return serialization.decode(self.result)
+
+    def get_error(self) -> dict | None:
+        return serialization.decode(self.error)
+
+    @property
+    def waiting_for(self) -> str:
+        """What kind of wait the run is in (a key of WAITING_FOR), or "" when it waits for nothing."""
+        if self.status in self.TERMINAL or not self.waiting_on:
+            return ""
+        for kind, prefixes in self.WAITING_FOR.items():
+            if self.waiting_on.startswith(prefixes):
+                return kind
+        return ""
+
+    def current_waiting_on(self) -> str:
+        """`waiting_on`, with a fan-out's count of finished branches as it is now (one query): the
+        run's text is written when it begins to wait, the count goes down as branches finish."""
+        if self.status in self.TERMINAL or not self.waiting_on.startswith("parallel "):
+            return self.waiting_on if self.status not in self.TERMINAL else ""
+        counted = self.fan_out()
+        if counted is None:
+            return self.waiting_on
+        group, done, total = counted
+        return f"parallel {group!r}: {done} of {total} branches done"
+
+    def fan_out(self) -> tuple[str, int, int] | None:
+        """(group, branches done, branches) of the parallel group the run waits for now, or None.
+
+        Read once per instance: a page asks for it twice (its waiting_on and its progress)."""
+        if "_fan_out" not in self.__dict__:
+            self.__dict__["_fan_out"] = self._count_fan_out()
+        return self.__dict__["_fan_out"]
+
+    def _count_fan_out(self) -> tuple[str, int, int] | None:
+        match = _FAN_OUT.match(self.waiting_on) if self.status not in self.TERMINAL else None
+        if match is None:
+            return None
+        total = int(match.group(2))
+        remaining = (self.steps.filter(kind=Step.Kind.PARALLEL, status=Step.Status.WAITING)
+                     .values_list("remaining", flat=True).first())
+        if remaining is None:
+            return None
+        return match.group(1), max(0, total - remaining), total
+
+    def step_counts(self) -> dict[str, int]:
+        """How many of its journal entries have each status, in one query (its progress is not one)."""
+        return dict(self.steps.exclude(kind=Step.Kind.PROGRESS).order_by().values_list("status")
+                    .annotate(n=models.Count("pk")))
+
+    def progress(self) -> dict | None:
+        """What ``ctx.set_progress()`` last set and committed, {"done", "total", "message"}; while
+        the run waits for a fan-out and set none, how many of its branches are done; else None."""
+        step = self.steps.filter(kind=Step.Kind.PROGRESS).only("result").first()
+        if step is None:
+            counted = self.fan_out()
+            if counted is None:
+                return None
+            group, done, total = counted
+            return {"done": done, "total": total, "message": f"parallel {group!r}"}
+        told = serialization.decode(step.result) or {}
+        return {"done": told.get("done"), "total": told.get("total"), "message": told.get("message", "")}
+
+    def notes(self, limit: int = 100) -> list[dict]:
+        """The notes ``ctx.note()`` added, oldest first (the last `limit`): {"key", "at", "message", "data"}."""
+        steps = self.steps.filter(kind=Step.Kind.LOG).order_by("-seq").only("key", "result", "started_at")[:limit]
+        notes = []
+        for step in reversed(list(steps)):
+            told = serialization.decode(step.result) or {}
+            notes.append({"key": step.key, "at": step.started_at, "message": told.get("message", ""),
+                          "data": told.get("data", {})})
+        return notes
+
+    @classmethod
+    def statuses_from(cls, text: str) -> list[str]:
+        """The statuses named in "failed,timed_out"; ValueError naming one that is not a status."""
+        wanted = text.split(",")
+        unknown = sorted(set(wanted) - set(cls.Status.values))
+        if unknown:
+            raise ValueError(f"Not a status: {unknown[0][:50]!r}; use {', '.join(cls.Status.values)}.")
+        return wanted
+
+
+
+# "parallel 'images': 3 of 500 branches done" (engine/composition.py writes it).
+_FAN_OUT = re.compile(r"^parallel '(.*)': \d+ of (\d+) branches done")

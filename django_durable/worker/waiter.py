@@ -1,0 +1,91 @@
+"""An idle worker's wait for work: a NOTIFY on PostgreSQL, a stop request, or the poll interval."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import time
+
+from django.db import connections
+
+from .. import conf, workpool
+
+logger = logging.getLogger("django_durable.worker")
+
+
+# libpq's TCP keepalives for the listening session: a dead peer is found within about 25 seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
+class Waiter:
+    """Sleeps until work may be ready: a NOTIFY on PostgreSQL, a stop request, or the poll interval.
+
+    LISTEN needs a dedicated session; behind a transaction-mode pooler it silently hears
+    nothing, which only makes us slower: the poll interval keeps everything correct.
+    """
+
+    def __init__(self, db: str, wake_fd: int):
+        self.db = db
+        self.wake_fd = wake_fd
+        self.listener = None
+        self._listen_failed_at = 0.0
+
+    def listen(self):
+        if self.listener is not None or connections[self.db].vendor != "postgresql":
+            return self.listener
+        if not conf.get("LISTEN_NOTIFY") or time.monotonic() - self._listen_failed_at < 10:
+            return None
+        try:
+            import psycopg
+
+            params = connections[self.db].get_connection_params()
+            params.pop("cursor_factory", None)
+            # A session that only listens sends nothing: without keepalives a host cut off from the
+            # database (or a server restarted meanwhile) would leave it waiting on a dead socket.
+            for name, value in KEEPALIVES.items():
+                params.setdefault(name, value)
+            self.listener = psycopg.connect(**params, autocommit=True)
+            self.listener.execute(f"LISTEN {workpool.NOTIFY_CHANNEL}")
+        except Exception as exc:  # noqa: BLE001 - polling still works without notifications
+            logger.warning("LISTEN failed (%s); polling only.", exc)
+            self._listen_failed_at = time.monotonic()
+            self.close()
+            return None
+        if self._listen_failed_at:
+            logger.info("Listening for notifications again.")
+            self._listen_failed_at = 0.0
+        return self.listener
+
+    def wait(self, timeout: float) -> None:
+        listener = self.listen()
+        fds = [self.wake_fd] + ([listener.fileno()] if listener is not None else [])
+        try:
+            select.select(fds, [], [], timeout)
+            if listener is not None and sum(1 for _ in listener.notifies(timeout=0)):
+                logger.debug("Woken by a notification.")
+        except Exception as exc:  # noqa: BLE001 - a dead listener is replaced on the next wait
+            logger.warning("Lost the LISTEN connection (%s); polling every %gs, listening again in 10s.",
+                           exc, timeout)
+            self._listen_failed_at = time.monotonic()
+            self.close()
+        self._drain()
+
+    def sleep(self, seconds: float) -> None:
+        select.select([self.wake_fd], [], [], seconds)
+        self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self.wake_fd, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        if self.listener is not None:
+            try:
+                self.listener.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.listener = None
