@@ -65,6 +65,8 @@ def _statements() -> list[tuple[str, str, int]]:
             return (1, at, at), 1
         if "given AS (" in sql:  # the run of an item just claimed (partitioned runs)
             return (None,) * 9, 1
+        if "written AS (" in sql:  # journal entries written while a step runs
+            return (1, False), 1
         # An ending: the fence held, its outcomes (at most three), then the claim's columns.
         return ((1, "completed", None, None, *nothing_ready) if "fence" in sql else nothing_ready), 1
 

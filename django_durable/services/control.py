@@ -238,7 +238,7 @@ def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
                 steps.filter(key=key, status=Step.Status.RETRYING).update(retry_at=now)
             elif kind == Timer.Kind.DEADLINE:
                 WorkflowRun.objects.using(db).filter(pk=pk).update(deadline_at=now)
-        Timer.objects.using(db).filter(pk__in=[r[0] for r in rows]).update(
+        Timer.objects.using(db).filter(pk__in=[timer_pk for timer_pk, _, _ in rows]).update(
             status=Timer.Status.FIRED, fire_at=now, fired_at=now
         )
         workpool.wake([pk], db=db)

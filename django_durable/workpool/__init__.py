@@ -2,8 +2,9 @@
 
 Every write a worker makes after a claim is conditioned on the claim token it got, so a worker
 that lost its lease (paused, partitioned, too slow) changes nothing. Times are the database's
-(see clock.py). Row locks are taken here and by the operator services, always in the workers'
-order (locking.py): an item before its run, descendants before their ancestors.
+(see clock.py). The locks on runs and their items are taken here, the operator services' too
+(through locking.py), always in the workers' order: an item before its run, descendants before
+their ancestors. (The scheduler locks schedules, and an approval's decision its approval.)
 
 - claims.py: claiming, and the fenced writes under a claim (journal, finish, release, branches);
 - postgres.py and queries.py: the hot path on PostgreSQL, one statement each, named in SQL;
@@ -11,6 +12,7 @@ order (locking.py): an item before its run, descendants before their ancestors.
 - runs.py: a run created (with its work item); endings.py: a run ended, with everything its end
   drags along; a run back to pending is WorkflowRunQuerySet.back_to_pending (models);
 - locking.py: the lock order; wakeups.py: wakes, timers and NOTIFY; reaping.py: expired claims;
+- messages.py: an event delivered to the runs waiting for it, a kept event taken by a later wait;
 - leases.py, rows.py, evidence.py: leases, the named rows, and what a retry would erase.
 
 Nothing in this package calls up into the engine or the services.

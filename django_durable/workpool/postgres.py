@@ -346,9 +346,10 @@ def record_steps(claim, records) -> tuple[int, bool]:
     rows, params = _values(claim, records)
     consumed_sql, consumed_params = _consumed(records)
     sql = _fill(queries.RECORD_STEPS, consumed=consumed_sql, columns=_COLUMN_NAMES, rows=rows)
-    row = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params, *_journal_key(claim.run_id), *params,
-                                  claim.run_id, *given_run(claim.run_id)])[0]
-    return row[0], bool(row[1])
+    written, cancel_requested = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params,
+                                                        *_journal_key(claim.run_id), *params, claim.run_id,
+                                                        *given_run(claim.run_id)])[0]
+    return written, bool(cancel_requested)
 
 
 def _end(item_status_sql: str, claim, records, timers, items=(), available_at=None) -> tuple[str, list]:
@@ -414,14 +415,14 @@ def _with_claim(claim, sql, params, outcomes, next_claim: ClaimParams | None,
     """
     db = claim.db
     if next_claim is None:
-        row = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
-        return row[0] == 1, row[1], None
+        fence, outcome, *_ = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
+        return fence == 1, outcome, None
     ctes, select, claim_params, turns = _claim_parts(next_claim, exclude=exclude, ending=claim.item_id)
     statement = queries.ENDED_AND_CLAIMED.format(ctes=sql, outcomes=", ".join(outcomes),
                                                  claim_ctes=ctes, claim_select=select)
-    row = _execute_claim(db, statement, [*params, *claim_params], turns)[0]
-    # The row: whether the fence held, the outcomes, then the claim's columns (ClaimRow) last.
-    return row[0] == 1, row[1], _claimed(row[-len(ClaimRow._fields):], next_claim)
+    # The row: the fence's count, the outcomes, then the claim's columns (ClaimRow) last.
+    fence, outcome, *rest = _execute_claim(db, statement, [*params, *claim_params], turns)[0]
+    return fence == 1, outcome, _claimed(rest[-len(ClaimRow._fields):], next_claim)
 
 
 def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimParams | None = None):
