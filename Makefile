@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-latest docs bench bench-peers chaos hosts clean
+.PHONY: demo test test-fast test-latest docs bench bench-peers chaos hosts clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	scripts/run-tests.sh
+
+# The edit loop (about a minute): SQLite, no worker processes or other programs, no browser.
+# `make test` before you push; PYTEST_ARGS='-k ...' narrows it further.
+test-fast: $(STAMP)
+	env -u DURABLE_TEST_DATABASE_URL $(VENV)/bin/python -m pytest -q -m "not slow and not browser and not processes" $(PYTEST_ARGS)
 
 # The documentation site (MkDocs with the Material theme) in site/, warnings as errors; its own
 # .venv-docs. `make test` builds it too. DOCS_ARGS=serve to read it at http://127.0.0.1:8000/.
@@ -39,12 +44,12 @@ bench-peers: $(STAMP)
 # The chaos soak (about 10 minutes, PostgreSQL of its own): SIGKILLs, crash restarts, paused
 # workers and random database errors, then every promise checked. CHAOS_SECONDS=... to change.
 chaos: $(STAMP)
-	$(VENV)/bin/python -m tests.chaos --duration $${CHAOS_SECONDS:-600} --db-faults
+	$(VENV)/bin/python -m tests.harness.chaos --duration $${CHAOS_SECONDS:-600} --db-faults
 
 # Two worker hosts and a PostgreSQL server in network namespaces of their own (needs root):
-# runs shared, a host's link cut mid-step and restored, NOTIFY across hosts (tests/hosts.py).
+# runs shared, a host's link cut mid-step and restored, NOTIFY across hosts (tests/harness/hosts.py).
 hosts: $(STAMP)
-	$(VENV)/bin/python -m tests.hosts
+	$(VENV)/bin/python -m tests.harness.hosts
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-docs site dist build db.sqlite3 db.sqlite3-*

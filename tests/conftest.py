@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-ON_POSTGRES = bool(os.environ.get("DURABLE_TEST_DATABASE_URL"))
+from tests.harness.workers import ON_POSTGRES, ROOT, WorkerProcess, wait_for  # noqa: F401 - the tests import them here
+
+
+# Fixtures that start processes: a test that uses one is marked `processes` (make test-fast leaves them out).
+PROCESS_FIXTURES = {"start_worker", "worker_env", "cpu_hog"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,64 +23,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not ON_POSTGRES:
             item.add_marker(skip)
-
-
-def wait_for(predicate, timeout=30.0, interval=0.05, message="condition"):
-    """Poll `predicate` until it returns something truthy; return it, or fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"Timed out after {timeout}s waiting for {message}.")
-        time.sleep(interval)
-
-
-class WorkerProcess:
-    """A real `manage.py durable_worker` process, in its own process group."""
-
-    def __init__(self, popen: subprocess.Popen, log_path: Path):
-        self.popen = popen
-        self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def signal(self, signum: int) -> None:
-        os.kill(self.popen.pid, signum)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group, as a crash or an OOM kill would."""
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.popen.wait(timeout=10)
-
-    def wait(self, timeout: float = 60) -> int:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.dump_stacks()
-            self.kill()
-            pytest.fail(f"Worker {self.pid} did not exit within {timeout}s. Log:\n{self.log()}")
-
-    def dump_stacks(self) -> None:
-        """Every thread of every process of the group prints where it is (faulthandler, on
-        SIGABRT), so a hang seen once in CI says where it hung."""
-        try:
-            os.killpg(self.popen.pid, signal.SIGABRT)
-            self.popen.wait(timeout=3)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        if "slow" in item.keywords or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
 
 
 @pytest.fixture

@@ -114,13 +114,13 @@ DURABLE_MISSING_CODE_GRACE_SECONDS = float(os.environ.get("DURABLE_MISSING_CODE_
 DURABLE_QUEUES = json.loads(os.environ.get("DURABLE_TEST_QUEUES", "{}"))
 
 if os.environ.get("DURABLE_TEST_CLOCK_SKEW"):
-    # RELIABILITY T22: this process's wall clock is wrong (see tests/skew.py).
-    from tests.skew import install as _skew
+    # RELIABILITY T22: this process's wall clock is wrong (see tests/harness/skew.py).
+    from tests.harness.skew import install as _skew
 
     _skew(os.environ["DURABLE_TEST_CLOCK_SKEW"])
 
 if os.environ.get("DURABLE_TEST_OFFLOAD_DIR"):
-    # Payloads over 4 KB stored apart, in worker processes too (tests/partitioned_runs.py).
+    # Payloads over 4 KB stored apart, in worker processes too (tests/harness/partitioned_runs.py).
     from django.conf import global_settings as _defaults
 
     DURABLE_PAYLOAD_OFFLOAD_BYTES = 4096

@@ -1,4 +1,4 @@
-"""The chaos soak (tests/chaos.py, `make chaos`) in short: a minute of SIGKILLs, PostgreSQL crash
+"""The chaos soak (tests/harness/chaos.py, `make chaos`) in short: a minute of SIGKILLs, PostgreSQL crash
 restarts, paused workers and random database errors breaks no promise; and the soak's checks catch
 each promise broken on purpose. It starts a PostgreSQL server of its own."""
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.chaos import BREAKS
+from tests.harness.chaos import BREAKS
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 def soak(*args, timeout):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
-    return subprocess.run([sys.executable, "-m", "tests.chaos", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tests.harness.chaos", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -51,9 +51,9 @@ def test_the_soak_catches_each_promise_broken_on_purpose():
 
 @pytest.mark.timeout(400)
 def test_t07_postgres_restarts_in_the_middle_of_a_sweep_and_no_run_is_stranded():
-    """RELIABILITY T07 (tests/restarts.py)."""
+    """RELIABILITY T07 (tests/harness/restarts.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
-    result = subprocess.run([sys.executable, "-m", "tests.restarts"], cwd=ROOT, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "tests.harness.restarts"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=360)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     assert "200 runs completed, 0 work items left, sweep error logged: True" in result.stdout

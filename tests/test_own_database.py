@@ -1,7 +1,7 @@
 """DURABLE_DATABASE: the durable tables on a database of their own, beside the project's.
 
 Two real databases (two PostgreSQL databases on the test server, or two SQLite files), migrated
-as a project would, with a real worker, the admin, the API and the command line (tests/own_database.py
+as a project would, with a real worker, the admin, the API and the command line (tests/harness/own_database.py
 does it all in a process of its own, with tests.settings_own_database).
 """
 
@@ -48,7 +48,7 @@ def test_the_durable_tables_on_a_database_of_their_own(two_databases, tmp_path):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_own_database", "DURABLE_OWN_APP_URL": project,
            "DURABLE_OWN_RUNS_URL": runs, "DURABLE_TEST_LEDGER": str(tmp_path / "ledger")}
     env.pop("DURABLE_TEST_DB_NAME", None)
-    done = subprocess.run([sys.executable, "-m", "tests.own_database"], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tests.harness.own_database"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     held = [line.removeprefix("ok: ") for line in done.stdout.splitlines() if line.startswith("ok: ")]

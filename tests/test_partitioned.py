@@ -1,5 +1,5 @@
 """The journal partitioned by time (partitioning.py): on PostgreSQL, a database made for the test
-and tests/partitioned.py in a process of its own with real workers; elsewhere, what a plain
+and tests/harness/partitioned.py in a process of its own with real workers; elsewhere, what a plain
 journal answers.
 """
 
@@ -42,7 +42,7 @@ def _in_own_database(module: str, tmp_path, **env) -> subprocess.CompletedProces
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
 def test_a_partitioned_journal_through_conversion_workers_prune_and_drop(tmp_path):
-    done = _in_own_database("tests.partitioned", tmp_path)
+    done = _in_own_database("tests.harness.partitioned", tmp_path)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     held = [line for line in done.stdout.splitlines() if line.startswith("ok: ")]
     assert len(held) == 7, done.stdout
@@ -54,7 +54,7 @@ def test_a_partitioned_journal_through_conversion_workers_prune_and_drop(tmp_pat
 def test_partitioned_runs_through_conversion_workers_keys_claims_and_a_dropped_month(tmp_path):
     stored = tmp_path / "stored"
     stored.mkdir()
-    done = _in_own_database("tests.partitioned_runs", tmp_path, DURABLE_TEST_OFFLOAD_DIR=str(stored))
+    done = _in_own_database("tests.harness.partitioned_runs", tmp_path, DURABLE_TEST_OFFLOAD_DIR=str(stored))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     held = [line for line in done.stdout.splitlines() if line.startswith("ok: ")]
     assert len(held) == 12, done.stdout

@@ -479,6 +479,7 @@ sys.exit(Reloader([sys.executable, child, ready], Path(child).parent, interval=0
 """
 
 
+@pytest.mark.processes
 @pytest.mark.timeout(60)
 def test_the_reloader_passes_one_sigterm_on_once(tmp_path):
     """A worker takes a second SIGTERM as "exit at once": the reloader must send exactly one.

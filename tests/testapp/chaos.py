@@ -1,4 +1,4 @@
-"""The workflows of the chaos soak (tests/chaos.py): every kind of work, each with a result it can check.
+"""The workflows of the chaos soak (tests/harness/chaos.py): every kind of work, each with a result it can check.
 
 Every step notes its execution in the chaos ledger, a file no crash or rollback can undo:
 ``run key attempt pid group started`` (epoch seconds, this machine's clock, which is also the

@@ -1,9 +1,9 @@
 """RELIABILITY T07: PostgreSQL crash-restarts in the middle of a sweep of 200 expired claims, and
 none is stranded: the sweep's transaction is lost, the next one completes, every run finishes.
 
-    python -m tests.restarts     exit 0 if every run finished, 1 if not, 2 if it could not run
+    python -m tests.harness.restarts     exit 0 if every run finished, 1 if not, 2 if it could not run
 
-It starts a PostgreSQL server of its own (as tests/chaos.py does).
+It starts a PostgreSQL server of its own (as tests/harness/chaos.py does).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.chaos import ROOT, Postgres, SoakError, environment, retrying, setup_django
+from tests.harness.chaos import ROOT, Postgres, SoakError, environment, retrying, setup_django
 
 RUNS = 200
 

@@ -2,7 +2,7 @@
 processes, restarts PostgreSQL and pauses a worker past its lease; then it drains and checks
 every promise of docs/reliability.md.
 
-    python -m tests.chaos [--duration 600] [--seed N] [--db-faults] [--break MODE,...]
+    python -m tests.harness.chaos [--duration 600] [--seed N] [--db-faults] [--break MODE,...]
 
 It starts a PostgreSQL server of its own (scripts/pg-server.sh), prints one summary table and
 exits 1 if any invariant was violated (2 if the soak itself could not run). `--break` damages
@@ -33,7 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 LEASE = 3.0
 KINDS = ["steps", "atomic", "retry", "sleep", "signals", "fanout", "parent", "saga"]
 BREAKS = {

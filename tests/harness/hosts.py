@@ -6,7 +6,7 @@ PostgreSQL server; hosts A and B each run a worker process, reaching it over the
 process (the client) reaches it over a third. Cutting a host's link (its veth down) is a network
 partition: that host's workers can neither renew their leases nor write anything.
 
-    python -m tests.hosts          # runs the scenario, printing what held (needs root and `ip`)
+    python -m tests.harness.hosts          # runs the scenario, printing what held (needs root and `ip`)
 
 Each check prints "ok: ..." and raises AssertionError saying what failed. Everything made is
 removed at the end, also after a failure.
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.conftest import ROOT, wait_for
+from tests.harness.workers import ROOT, wait_for
 
 LEASE = 3.0  # seconds: short, so that a cut-off host's leases lapse quickly
 POLL = 2.0

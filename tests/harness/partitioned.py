@@ -20,7 +20,7 @@ from pathlib import Path
 
 import django
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def ok(what: str) -> None:

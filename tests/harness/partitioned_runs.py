@@ -22,7 +22,7 @@ from pathlib import Path
 
 import django
 
-from tests.partitioned import burst, ok, past
+from tests.harness.partitioned import burst, ok, past
 
 
 def main() -> None:
