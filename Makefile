@@ -29,7 +29,7 @@ docs:
 	scripts/build-docs.sh $(DOCS_ARGS)
 
 # The suite on the newest Django (6.x needs Python 3.12 or later), in its own .venv-latest.
-# PYTEST_ARGS='-m "not slow"' leaves out the slow process-heavy tests (CI does).
+# PYTEST_ARGS='-m "not slow and (not processes or every_django)"' runs what CI runs there.
 test-latest:
 	scripts/test-latest.sh $(PYTEST_ARGS)
 

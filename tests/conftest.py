@@ -25,6 +25,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if "slow" in item.keywords or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.processes)
+        if "browser" in item.keywords:  # the admin's markup differs between Django versions
+            item.add_marker(pytest.mark.every_django)
 
 
 @pytest.fixture

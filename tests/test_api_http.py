@@ -20,6 +20,7 @@ def operator(django_user_model):
     return ("ops", "ops-password")
 
 
+@pytest.mark.every_django
 def test_a_front_end_starts_polls_signals_and_cancels(live_server, start_worker, operator):
     worker = start_worker(burst=False)
     with httpx.Client(base_url=f"{live_server.url}/api/durable", auth=operator, timeout=30) as http:

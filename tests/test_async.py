@@ -64,6 +64,7 @@ def test_an_async_step_cannot_be_atomic():
     assert run.status == "failed" and "cannot be an atomic step" in run.get_error()["message"]
 
 
+@pytest.mark.every_django
 @pytest.mark.timeout(120)
 def test_astart_and_await_result_with_a_real_worker(start_worker):
     start_worker(burst=False)

@@ -151,6 +151,7 @@ def test_stats():
     assert data["queues"][0]["queue"] == "default" and data["workers"] == {"live": 0, "stale": 0}
 
 
+@pytest.mark.every_django
 def test_the_exit_codes_reach_the_shell(worker_env):
     """Through manage.py in a real process, as a shell script runs it."""
 

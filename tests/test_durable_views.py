@@ -10,7 +10,8 @@ from django.db import connection
 from django_durable.models import WorkflowRun
 from tests.conftest import ledger_counts, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.urls")]
+# Async views over a real worker: their subject (Django's async support) differs between versions.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.urls"), pytest.mark.every_django]
 
 
 def poll(client, url, *, until_finished=True, timeout=60.0):

@@ -296,6 +296,7 @@ def test_a_task_is_a_run_the_admin_and_the_api_show(admin_client):
 # -- worker processes -----------------------------------------------------------------------------
 
 
+@pytest.mark.every_django
 @pytest.mark.timeout(120)
 def test_tasks_run_in_worker_processes_that_import_them_by_themselves(start_worker):
     keys = [str(uuid.uuid4()) for _ in range(20)]
