@@ -151,3 +151,35 @@ def test_the_checks_themselves_see_a_cycle_and_an_upward_import():
     assert "services.control" in edges["admin.runs"]  # a module-level import
     assert "workpool.messages" in edges["engine.flow"]  # one inside a function
     assert layer_of("engine.replay") < layer_of("services.control")
+
+
+def test_every_import_path_the_docs_name_still_resolves():
+    """Moving a module into a package (models/, worker/) keeps every path the docs give working."""
+    import importlib
+    import re
+
+    from django.apps import apps
+
+    root = PACKAGE.parent
+    texts = [path.read_text() for path in (root / "docs").rglob("*.md")] + [(root / "README.md").read_text()]
+    named = {name for text in texts for name in re.findall(r"django_durable(?:\.[A-Za-z_][A-Za-z0-9_]*)+", text)}
+    permissions = {f"{action}_{model._meta.model_name}" for model in apps.get_app_config("django_durable").get_models()
+                   for action in model._meta.default_permissions}
+    permissions |= {codename for model in apps.get_app_config("django_durable").get_models()
+                    for codename, _ in model._meta.permissions}
+    unresolved = []
+    for name in sorted(named):
+        parts = name.split(".")
+        if re.fullmatch(r"[EW]\d{3}", parts[-1]) or (len(parts) == 2 and parts[1] in permissions):
+            continue  # a system check's id, or a permission (app_label.codename)
+        for end in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:end]))
+            except ImportError:
+                continue
+            for attribute in parts[end:]:
+                found = getattr(found, attribute, None)
+            if found is None:
+                unresolved.append(name)
+            break
+    assert len(named) > 30 and unresolved == []

@@ -246,10 +246,11 @@ WAKE = """
 """
 
 
-# A run's end (after END_FENCE with 'completed'): its outcome, unless a cancel committed first
-# (then it ends cancelled); its branches not started yet are cancelled; its parent's advance
-# item is woken (the "wake" transition: a finished item is made ready, one being processed is
-# flagged to go again); its pending timers are cancelled. SKIP LOCKED on the timers: a timer
+# A run's end (after END_FENCE with 'completed'): the SQL twin of endings.record_end, the one
+# place every other ender ends a run (tests/test_endings.py drives both). Its outcome, unless a
+# cancel committed first (then it ends cancelled); its branches not started yet are cancelled;
+# its parent's advance item is woken (the "wake" transition: a finished item is made ready, one
+# being processed is flagged to go again); its pending timers are cancelled. SKIP LOCKED on the timers: a timer
 # being fired right now holds its lock while it waits for the item this statement holds; it will
 # only wake a finished run, which is harmless.
 FINISH_RUN = """,
@@ -287,8 +288,9 @@ FINISH_RUN_OUTCOMES = ("(SELECT status FROM done)",
 FINISH_RUN_TOUCHES = ("w.run_id = (SELECT run_id FROM fence)",
                       "w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance'")
 
-# A run handed back (after END_FENCE): it waits, or goes back to the queue. Only a run still
-# `running` moves: one a cancel or an operator ended meanwhile keeps its status.
+# A run handed back (after END_FENCE): it waits, or goes back to the queue (the SQL twin, for a
+# worker's own run, of WorkflowRun.objects.back_to_pending()). Only a run still `running` moves:
+# one a cancel or an operator ended meanwhile keeps its status.
 RELEASE = """,
 moved AS (
     UPDATE durable_workflow_run AS r
