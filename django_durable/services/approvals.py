@@ -108,8 +108,8 @@ def decide(run_id, key: str, user, *, approve: bool, comment: str = "", link: st
         approvals = sum(1 for decision in decisions if decision.approved)
         settled = not approve or approvals >= approval.quorum
         WorkflowEvent.record(pk, WorkflowEvent.Type.APPROVED if approve else WorkflowEvent.Type.REJECTED,
-                     by=user.get_username(), message=comment,
-                     data={"key": key, "approvals": approvals, "quorum": approval.quorum, "settled": settled,
+                             by=user.get_username(), message=comment,
+                             data={"key": key, "approvals": approvals, "quorum": approval.quorum, "settled": settled,
                            **({"by_link": True} if link else {})}, db=db)
         if settled:
             Approval.objects.using(db).filter(pk=approval.pk).update(

@@ -242,8 +242,8 @@ def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
             status=Timer.Status.FIRED, fire_at=now, fired_at=now
         )
         workpool.wake([pk], db=db)
-        WorkflowEvent.record(pk, EventType.WOKEN, by=by, data={"timers": [f"{kind} {key}".strip() for _, kind, key in rows]},
-                     db=db)
+        WorkflowEvent.record(pk, EventType.WOKEN, by=by, db=db,
+                             data={"timers": [f"{kind} {key}".strip() for _, kind, key in rows]})
     return fired
 
 
@@ -270,8 +270,8 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
             if not WorkflowRun.objects.using(db).filter(pk=pk).stuck(lease_expired=False).exists():
                 continue  # something advanced it meanwhile
             _give_advance_back(run, db)
-            WorkflowEvent.record(pk, EventType.RECOVERED, by=by, message="Nothing would advance it; its advance was given back.",
-                         db=db)
+            WorkflowEvent.record(pk, EventType.RECOVERED, by=by, db=db,
+                                 message="Nothing would advance it; its advance was given back.")
             recovered.append(pk)
     return recovered
 
@@ -298,9 +298,9 @@ def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:
         run = create_run(definition, arguments.get("args", []), arguments.get("kwargs", {}), queue=source.queue,
                          priority=source.priority)
         WorkflowEvent.record(run.pk, EventType.DUPLICATED, by=by, message=f"A duplicate of run {source.pk}.",
-                     data={"source": str(source.pk)}, db=db)
+                             data={"source": str(source.pk)}, db=db)
         WorkflowEvent.record(source.pk, EventType.DUPLICATED, by=by, message=f"Duplicated as run {run.pk}.",
-                     data={"duplicate": str(run.pk)}, db=db)
+                             data={"duplicate": str(run.pk)}, db=db)
     return run
 
 
@@ -323,7 +323,7 @@ def release_claim(item_id: int, *, by: str | None = None) -> bool:
             if kind == WorkItem.Kind.ADVANCE:
                 WorkflowRun.objects.using(db).filter(pk=run_id).back_to_pending()
             WorkflowEvent.record(run_id, EventType.CLAIM_RELEASED, by=by, message=f"Taken from worker {claimed_by}.",
-                         data={"item": item_id, "kind": kind}, db=db)
+                                 data={"item": item_id, "kind": kind}, db=db)
         if released:
             workpool.notify(db)
     return bool(released)

@@ -210,7 +210,6 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
 
     if status == RunStatus.COMPLETED:
         final = _ending(claim, then, end)
-        descendants = []
     else:
         # Any other ending takes the run's unfinished children with it, in the same transaction:
         # nothing would wait for them any more. Rare, so no chained claim: a claim made inside a
