@@ -87,9 +87,7 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
             # Advancing makes the run `running`; a branch (a step item) leaves it waiting.
             runs.update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), clock.db_now()),
                         updated_at=clock.db_now(), waiting_on="", last_worker=worker, last_claimed_at=clock.db_now())
-        state = runs.values_list(
-            "workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at"
-        ).first()
+        state = runs.values("workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at").first()
         if state is not None:
             journal, messages, children = [], [], []
             steps = Step.objects.using(db).filter(run_id=run_id)
@@ -108,7 +106,8 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
                     .filter(parent_id=run_id, status__in=WorkflowRun.TERMINAL)
                     .values_list(*Child._fields)
                 )]
-            run = RunState(*state[:5], state[5] is not None, journal, messages, children)
+            run = RunState(state["workflow"], state["input"], state["attempt"], state["max_attempts"],
+                           state["deadline_at"], state["cancel_requested_at"] is not None, journal, messages, children)
     # SQLite's clock is this machine's clock.
     return Claimed(item_id, kind, run_id, step_key, attempts, clock.now(), run, function, item_input, group)
 
