@@ -10,6 +10,9 @@ commit, say) with this script; it prints the best of --repeat drains, in microse
 With `--replay`, each run records its steps, then waits for a signal; what is timed is the
 advance after the signal, which replays every recorded step from the journal (checking each one
 against the code) and finishes the run: microseconds per replayed step.
+
+With `--tasks`, each run is a one-step django.tasks task (bench.benchapp.tasks.one_step) enqueued
+through the DurableBackend, and what is timed is its enqueue and its drain: microseconds per task.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per workflow (1: the fixed cost of a run)")
     parser.add_argument("--replay", action="store_true", help="time the replay of recorded steps")
+    parser.add_argument("--tasks", action="store_true", help="one-step django.tasks tasks, enqueue and drain")
     args = parser.parse_args()
     durable = inprocess.set_up(args.root)
     from django_durable.testing import drain
@@ -40,6 +44,15 @@ def main() -> None:
     best = float("inf")
     for _ in range(args.repeat):
         inprocess.empty()
+        if args.tasks:
+            from bench.benchapp.tasks import one_step
+
+            started = time.process_time()
+            for n in range(args.runs):
+                one_step.enqueue(n)
+            drain()
+            best = min(best, time.process_time() - started)
+            continue
         if args.replay:
             runs = [durable.start("bench.cpu.replayed", n=args.steps) for _ in range(args.runs)]
             drain()
@@ -51,7 +64,7 @@ def main() -> None:
         started = time.process_time()
         drain()
         best = min(best, time.process_time() - started)
-    print(f"{1e6 * best / (args.runs * args.steps):.1f}")
+    print(f"{1e6 * best / (args.runs * (1 if args.tasks else args.steps)):.1f}")
 
 
 def _noop(i, data):

@@ -10,7 +10,6 @@ and read the diff before committing it.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import difflib
 import os
@@ -75,7 +74,7 @@ def _statements() -> list[tuple[str, str, int]]:
     shapes = [
         ("claim", lambda: postgres.claim(params)),
         ("claim from some queues, not the items just declined",
-         lambda: postgres.claim(dataclasses.replace(params, queues=["emails", "default"], avoid=(5, 6)))),
+         lambda: postgres.claim(params._replace(queues=["emails", "default"], avoid=(5, 6)))),
         ("record a step while it runs", lambda: postgres.record_steps(_Claim, [_record()])),
         ("record a wait that consumes a signal", lambda: postgres.record_steps(_Claim, [_record("approved", 9)])),
         ("finish a run", lambda: postgres.finish_run(_Claim, status="completed", result="1", error=None,

@@ -298,7 +298,7 @@ def _advance(claim, run, should_stop, chain) -> Outcome:
         signals.send(signals.run_started, run.workflow, run_id=claim.run_id)
 
     try:
-        definition = registry.load(run.workflow)  # a task's module may be imported now (tasks.load)
+        definition = definition or registry.load(run.workflow)  # a task's module may be imported now
         arguments = serialization.decode(run.input)
         args, kwargs = arguments.get("args", []), arguments.get("kwargs", {})
     except WorkflowNotFound:
@@ -411,7 +411,7 @@ def _finish(claim, run, status, *, result=None, error=None, session=None) -> Out
         logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
     else:
         logger.error("Run %s of %s ended %s: %s", claim.run_id, run.workflow, final, serialization.error_line(error))
-    return Outcome(final)
+    return Outcome.of(final)
 
 
 def _compensate(claim, run, session, context, status, error=None) -> Outcome:

@@ -55,6 +55,11 @@ class Outcome(StrEnum):
     ALREADY_FINISHED = "already finished"  # its run ended before the claim: the item is freed
     LOST = "lost"  # the claim was lost: nothing was written
 
+    @classmethod
+    def of(cls, value: str) -> Outcome:
+        """The outcome named `value` (a run's terminal status, say), without Enum's slower call."""
+        return cls._value2member_map_[value]
+
 
 @dataclass
 class Claim:
@@ -224,15 +229,12 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     if committed is not None:
         committed()
     if final != endings.UNCHANGED:
-        endings.send_end(_ended(claim, final, status, result, error))  # committed: autocommit, or the block above
+        # Committed: in autocommit, or by the block above. A cancel that committed first (the run
+        # ended otherwise than asked) carries no result or error of this end.
+        asked = final == status
+        endings.send_end(endings.Ended(claim.run_id, claim.run.workflow, final, result if asked else None,
+                                       error if asked else None))
     return final
-
-
-def _ended(claim: Claim, final: str, status: str, result, error) -> endings.Ended:
-    """The end `final` of the claim's run, asked to end `status` with `result` or `error`."""
-    if final != status:  # a cancel that committed first won
-        return endings.Ended(claim.run_id, claim.run.workflow, final)
-    return endings.Ended(claim.run_id, claim.run.workflow, final, result, error)
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),

@@ -19,7 +19,7 @@ django.tasks task's run turns into task_finished).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.db import connections, transaction
 
@@ -34,8 +34,7 @@ Status = WorkflowRun.Status
 UNCHANGED = "unchanged"
 
 
-@dataclass(frozen=True)
-class Ended:
+class Ended(NamedTuple):
     """A run that has just ended: what its cascade and its signal need to know."""
 
     run_id: object

@@ -139,8 +139,7 @@ class ClaimRow(NamedTuple):
                        self.function, self.item_input, self.group)
 
 
-@dataclass(frozen=True)
-class ClaimParams:
+class ClaimParams(NamedTuple):
     """What a backend's claim statement is given: the claimer, the queues it serves, the
     database, the new claim's token and lease, and the items it must not take (`avoid`)."""
 
