@@ -188,6 +188,14 @@ class WorkItem(models.Model):
                 condition=Q(status="processing"),
                 name="durable_work_item_claimed",
             ),
+            # A run's branches not started yet, cancelled when it ends or a group fails fast. Without
+            # it, a plan made while the table looked small walked the whole index of ready items
+            # instead (tests/test_plans.py). Only branch items are in it: a run's advance costs nothing.
+            models.Index(
+                fields=["run", "group"],
+                condition=Q(kind="step", status="pending"),
+                name="durable_work_item_branches",
+            ),
         ]
 
     def __str__(self) -> str:

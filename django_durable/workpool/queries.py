@@ -8,7 +8,8 @@ The parts in braces:
   {now}          the database's clock: statement_timestamp(), or the frozen test clock
   {terminal}     the statuses a run ends with ('cancelled', 'completed', 'failed', 'timed_out')
   {pick}         the ready item to lock: WorkItem.objects.ready(...).select_for_update(
-                 skip_locked=True, no_key=True), compiled by the ORM (one definition of "ready")
+                 skip_locked=True, no_key=True), compiled by the ORM (one definition of "ready");
+                 for a worker of several queues, PICK_FROM_QUEUES around a probe of each
   {columns}      the journal's columns (journal.STEP_COLUMNS); {rows} one typed VALUES row each
   {upsert}       the journal's conflict rule (journal.UPSERT): a final entry is never replaced
   {key_column} {key_value} {own_partition} {group_partition}
@@ -28,6 +29,14 @@ The parts in braces:
 Every statement runs alone in autocommit (or inside an atomic step's transaction), so no row
 lock outlives it. Every write after a claim is fenced: it happens only while the item still
 carries the claim's token, which a reaper or an operator changes when it takes the claim away.
+
+A part that works on the row an earlier part returned (at most one: the fence's item, the claimed
+item, the ended run) names it by a scalar subquery, ``r.id = (SELECT run_id FROM fence)``, not by
+a join to that part. The planner then looks the row up through its index whatever the tables'
+statistics say. Joined instead, a part estimated at one row became a nested loop over a scan of
+the whole table whenever the table looked small (a fresh install, never analyzed), and a worker's
+prepared statement kept that plan while the table grew: every finish walked every pending item
+(tests/test_plans.py explains each statement's plan in those states).
 """
 
 # -- claim ---------------------------------------------------------------------------------------
@@ -44,9 +53,15 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = {now} + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id {chain_guard}
+    WHERE w.id = (SELECT id FROM picked) {chain_guard}
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ){claim_run}{rated}"""
+
+# {pick} of a worker of several queues: each queue's first ready item ({probe}: the ready items of
+# `served.queue`, through the per-queue index, locked with SKIP LOCKED), and the first of those. It
+# locks up to one item per queue for the moment of the statement; the others are free at its end.
+PICK_FROM_QUEUES = """SELECT picked.id FROM unnest(%s::varchar[]) AS served (queue), LATERAL ({probe}) AS picked
+    ORDER BY picked.priority DESC, picked.available_at, picked.id LIMIT 1"""
 
 # The claimed item's run, marked `running` by the claim's statement: on a plain runs table. (Where
 # runs are partitioned, RUN_STATE does it, see there.)
@@ -57,7 +72,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = {now}
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ({terminal})
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ({terminal})
     RETURNING r.id
 )"""
 
@@ -135,7 +150,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
         last_worker = given.worker, last_claimed_at = {now}
     FROM fence, given
-    WHERE r.id = given.run_id AND r.id_time = %s AND given.kind = 'advance' AND r.status NOT IN ({terminal})
+    WHERE r.id = (SELECT run_id FROM given WHERE kind = 'advance') AND r.id_time = %s AND r.status NOT IN ({terminal})
     RETURNING r.id
 )
 SELECT CASE WHEN r.status NOT IN ({terminal}) THEN r.workflow END,
@@ -218,8 +233,8 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', {now}, 0, false, '', '', {now}
-    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id{fence_partition},
-         (VALUES {rows}) AS b (step_key, grp, function, input)
+    FROM fence, durable_workflow_run AS r, (VALUES {rows}) AS b (step_key, grp, function, input)
+    WHERE r.id = (SELECT run_id FROM fence){fence_partition}
     RETURNING 1
 )"""
 
@@ -235,13 +250,14 @@ timers AS (
 # -- what each ending adds ------------------------------------------------------------------------
 # The "wake" transition of a run's advance item (WorkItemQuerySet.wake in SQL), shared by the
 # endings below: a finished item is made ready now, one being processed is flagged to go again
-# when it ends, a pending one stays as it is. {source} names the run ({run}); {when} narrows it.
+# when it ends, a pending one stays as it is. The run is the column {run} of the part {source}
+# (one row at most); {when} narrows it.
 WAKE = """
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM {source} WHERE a.run_id = {run} AND a.kind = 'advance'{when}
+    WHERE a.run_id = (SELECT {run} FROM {source}) AND a.kind = 'advance'{when}
     RETURNING 1
 """
 
@@ -261,21 +277,21 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = {now}, updated_at = {now}
-    FROM fence WHERE r.id = fence.run_id{fence_partition} AND r.status NOT IN ({terminal})
+    WHERE r.id = (SELECT run_id FROM fence){fence_partition} AND r.status NOT IN ({terminal})
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
-parent AS (""" + WAKE.format(source="done", run="done.parent_id", when="", now="{now}") + """),
+parent AS (""" + WAKE.format(source="done", run="parent_id", when="", now="{now}") + """),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )"""
 # The run's status; a NOTIFY for idle workers if its parent was woken; and its end announced to
@@ -295,7 +311,7 @@ RELEASE = """,
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = {now}
-    FROM fence WHERE r.id = fence.run_id{fence_partition} AND r.status = 'running'
+    WHERE r.id = (SELECT run_id FROM fence){fence_partition} AND r.status = 'running'
     RETURNING 1
 )"""
 RELEASE_OUTCOMES = ("(SELECT count(*) FROM moved)",)
@@ -308,16 +324,16 @@ RELEASE_NOTIFY = "pg_notify('durable_work', '')"
 FINISH_BRANCH = """,
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s{group_partition}
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s{group_partition}
     RETURNING g.remaining
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
                 AND o.status = 'pending'
     RETURNING 1
 ),
-woke AS (""" + WAKE.format(source="fence", run="fence.run_id", now="{now}",
+woke AS (""" + WAKE.format(source="fence", run="run_id", now="{now}",
                              when="\n      AND (%s OR (SELECT remaining FROM grp) <= 0)") + ")"
 FINISH_BRANCH_OUTCOMES = ("(SELECT pg_notify('durable_work', '') FROM woke LIMIT 1)",)
 FINISH_BRANCH_TOUCHES = ("w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance'",)  # the run, woken

@@ -9,7 +9,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -18,7 +18,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
@@ -38,15 +38,16 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
--- name: claim from some queues, not the items just declined (7 parameters)
+-- name: claim from some queues, not the items just declined (6 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND "durable_work_item"."queue" IN (%s, %s) AND NOT ("durable_work_item"."id" IN (%s, %s))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT picked.id FROM unnest(%s::varchar[]) AS served (queue), LATERAL (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."id" IN (%s, %s)) AND "durable_work_item"."queue" >= served.queue AND "durable_work_item"."queue" <= served.queue) ORDER BY "durable_work_item"."queue" ASC, 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) AS picked
+    ORDER BY picked.priority DESC, picked.available_at, picked.id LIMIT 1),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -55,7 +56,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
@@ -130,13 +131,13 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -145,13 +146,13 @@ parent AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
@@ -177,13 +178,13 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -192,13 +193,13 @@ parent AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -207,7 +208,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -216,7 +217,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
@@ -257,8 +258,8 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
-    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id,
-         (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
+    FROM fence, durable_workflow_run AS r, (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
+    WHERE r.id = (SELECT run_id FROM fence)
     RETURNING 1
 ),
 timers AS (
@@ -270,7 +271,7 @@ timers AS (
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status = 'running'
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
@@ -287,7 +288,7 @@ WITH fence AS (
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.status = 'running'
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status = 'running'
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -296,7 +297,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -305,7 +306,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', ''), nxt.*
@@ -343,12 +344,12 @@ steps AS (
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s
     RETURNING g.remaining
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
                 AND o.status = 'pending'
     RETURNING 1
 ),
@@ -357,7 +358,7 @@ woke AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
@@ -367,7 +368,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -376,7 +377,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
@@ -414,12 +415,12 @@ steps AS (
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s
     RETURNING g.remaining
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
                 AND o.status = 'pending'
     RETURNING 1
 ),
@@ -428,7 +429,7 @@ woke AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
@@ -438,7 +439,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -447,7 +448,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
@@ -497,7 +498,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -506,7 +507,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 ),
 rated AS (
@@ -553,13 +554,13 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -568,13 +569,13 @@ parent AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -583,7 +584,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
@@ -592,7 +593,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
     FROM claimed
-    WHERE r.id = claimed.run_id AND claimed.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 ),
 rated AS (

@@ -9,7 +9,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
@@ -18,15 +18,16 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group
 FROM claimed AS c;
 
--- name: claim from some queues, not the items just declined (7 parameters)
+-- name: claim from some queues, not the items just declined (6 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND "durable_work_item"."queue" IN (%s, %s) AND NOT ("durable_work_item"."id" IN (%s, %s))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT picked.id FROM unnest(%s::varchar[]) AS served (queue), LATERAL (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."id" IN (%s, %s)) AND "durable_work_item"."queue" >= served.queue AND "durable_work_item"."queue" <= served.queue) ORDER BY "durable_work_item"."queue" ASC, 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) AS picked
+    ORDER BY picked.priority DESC, picked.available_at, picked.id LIMIT 1),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
@@ -90,13 +91,13 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -105,13 +106,13 @@ parent AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
@@ -137,13 +138,13 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -152,13 +153,13 @@ parent AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -167,7 +168,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
@@ -197,8 +198,8 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
-    FROM fence JOIN durable_workflow_run AS r ON r.id = fence.run_id AND r.id_time = %s,
-         (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
+    FROM fence, durable_workflow_run AS r, (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s
     RETURNING 1
 ),
 timers AS (
@@ -210,7 +211,7 @@ timers AS (
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status = 'running'
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status = 'running'
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
@@ -227,7 +228,7 @@ WITH fence AS (
 moved AS (
     UPDATE durable_workflow_run AS r
     SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status = 'running'
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status = 'running'
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -236,7 +237,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', ''), nxt.*
@@ -263,12 +264,12 @@ steps AS (
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
     RETURNING g.remaining
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
                 AND o.status = 'pending'
     RETURNING 1
 ),
@@ -277,7 +278,7 @@ woke AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
@@ -287,7 +288,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
@@ -314,12 +315,12 @@ steps AS (
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    FROM fence WHERE g.run_id = fence.run_id AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
     RETURNING g.remaining
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE %s AND o.run_id = fence.run_id AND o.kind = 'step' AND o."group" = %s
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
                 AND o.status = 'pending'
     RETURNING 1
 ),
@@ -328,7 +329,7 @@ woke AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM fence WHERE a.run_id = fence.run_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
@@ -338,7 +339,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
@@ -377,7 +378,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id
+    WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 rated AS (
@@ -413,13 +414,13 @@ done AS (
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM fence WHERE r.id = fence.run_id AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    FROM fence WHERE o.run_id = fence.run_id AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -428,13 +429,13 @@ parent AS (
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
         available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    FROM done WHERE a.run_id = done.parent_id AND a.kind = 'advance'
+    WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t, fence
-                 WHERE t.run_id = fence.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -443,7 +444,7 @@ claimed AS (
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
         attempts = w.attempts + 1, wake = false
-    FROM picked WHERE w.id = picked.id AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
+    WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 rated AS (
@@ -538,7 +539,7 @@ run AS (
     SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
         last_worker = given.worker, last_claimed_at = statement_timestamp()
     FROM fence, given
-    WHERE r.id = given.run_id AND r.id_time = %s AND given.kind = 'advance' AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    WHERE r.id = (SELECT run_id FROM given WHERE kind = 'advance') AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
 SELECT CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
