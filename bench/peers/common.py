@@ -176,7 +176,11 @@ def latency_w2(system: str, version: str, count: int, enqueue, finished, server_
 
 def analyze(url: str) -> None:
     """ANALYZE the database, as autovacuum does once a table has grown: every system's workers
-    start with statistics that know the enqueued jobs (fresh tables otherwise plan as empty)."""
+    start with statistics that know the enqueued jobs (fresh tables otherwise plan as empty).
+    With --no-analyze, nothing: the drain meets the tables as a fresh install does, with no
+    statistics until autovacuum's first ANALYZE (which may come during the drain)."""
+    if "--no-analyze" in sys.argv:
+        return
     import psycopg
 
     with psycopg.connect(url.replace("postgres://", "postgresql://", 1), autocommit=True) as connection:

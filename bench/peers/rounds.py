@@ -2,6 +2,7 @@
 
     DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--workloads w5,w2,w1,w3]
         [--jobs 5000] [--latency-jobs 200] [--workflows 2000] [--fanout 500] [--processes 2] [--json FILE]
+        [--no-analyze]
 
 Each round runs every workload on every system that has it, one after the other on the same
 server: the raw SKIP LOCKED ceiling, django-durable, and each peer whose virtual environment
@@ -59,14 +60,14 @@ def fresh_database(base: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def run_one(system, workload: str, base: str, size: int, processes: int) -> dict:
+def run_one(system, workload: str, base: str, size: int, processes: int, no_analyze: bool = False) -> dict:
     name, python, driver, extra, scheme, _ = system
     url = fresh_database(base, f"peers_{name.replace('-', '_')}")
     if scheme == "postgresql":
         url = url.replace("postgres://", "postgresql://", 1)
     env = {"DATABASE_URL": url, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
     command = [str(python), str(HERE / driver), "--url", url, "--workload", workload, "--jobs", str(size),
-               "--processes", str(processes), *extra]
+               "--processes", str(processes), *extra, *(["--no-analyze"] if no_analyze else [])]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{name} {workload} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -85,6 +86,8 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, default=500, help="W3's items")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-analyze", action="store_true",
+                        help="drain without an ANALYZE first, as a fresh install meets its tables")
     args = parser.parse_args()
     sizes = {"w5": args.jobs, "w2": args.latency_jobs, "w1": args.workflows, "w3": args.fanout}
     workloads = args.workloads.split(",")
@@ -103,7 +106,7 @@ def main() -> None:
         for workload in workloads:
             for system in systems[shift:] + systems[:shift]:
                 if workload in system[5]:
-                    result = run_one(system, workload, base, sizes[workload], args.processes)
+                    result = run_one(system, workload, base, sizes[workload], args.processes, args.no_analyze)
                     figures[workload][system[0]] = result
                     shown = ", ".join(f"{k} {v:.1f}" for k, v in result.items() if isinstance(v, float))
                     print(f"round {number}: {workload}: {system[0]}: {shown}", file=sys.stderr, flush=True)
