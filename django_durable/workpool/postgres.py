@@ -186,7 +186,7 @@ def _journal_parts() -> dict:
         parts = _journal_parts_of[(shape, runs_partitioned)] = {
             "upsert": UPSERT_PARTITIONED, "key_column": ', "run_created_at"', "key_value": f", {key_of('v.run_id')}",
             "own_partition": f" AND s.run_created_at = {shape.key_sql('r')}",
-            "group_partition": f" AND g.run_created_at = {key_of('fence.run_id')}"}
+            "group_partition": f" AND g.run_created_at = {key_of('(SELECT run_id FROM fence)')}"}
     return parts
 
 

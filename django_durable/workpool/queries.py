@@ -233,8 +233,10 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', {now}, 0, false, '', '', {now}
-    FROM fence, durable_workflow_run AS r, (VALUES {rows}) AS b (step_key, grp, function, input)
-    WHERE r.id = (SELECT run_id FROM fence){fence_partition}
+    FROM fence,
+         (SELECT queue, priority, concurrency_key FROM durable_workflow_run
+          WHERE id = (SELECT run_id FROM fence){given_partition}) AS r,
+         (VALUES {rows}) AS b (step_key, grp, function, input)
     RETURNING 1
 )"""
 

@@ -258,8 +258,10 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
-    FROM fence, durable_workflow_run AS r, (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
-    WHERE r.id = (SELECT run_id FROM fence)
+    FROM fence,
+         (SELECT queue, priority, concurrency_key FROM durable_workflow_run
+          WHERE id = (SELECT run_id FROM fence)) AS r,
+         (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
     RETURNING 1
 ),
 timers AS (

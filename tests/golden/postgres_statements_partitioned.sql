@@ -198,8 +198,10 @@ branches AS (
                                    status, available_at, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
            'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
-    FROM fence, durable_workflow_run AS r, (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
-    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s
+    FROM fence,
+         (SELECT queue, priority, concurrency_key FROM durable_workflow_run
+          WHERE id = (SELECT run_id FROM fence) AND id_time = %s) AS r,
+         (VALUES (%s::varchar, %s::varchar, %s::varchar, %s::text), (%s::varchar, %s::varchar, %s::varchar, %s::text)) AS b (step_key, grp, function, input)
     RETURNING 1
 ),
 timers AS (
@@ -264,7 +266,7 @@ steps AS (
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = (SELECT run_id FROM fence) AND kr.id_time = %s)
     RETURNING g.remaining
 ),
 stopped AS (
@@ -315,7 +317,7 @@ steps AS (
 ),
 grp AS (
     UPDATE durable_step AS g SET remaining = g.remaining - 1
-    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = fence.run_id AND kr.id_time = %s)
+    WHERE g.run_id = (SELECT run_id FROM fence) AND g.key = %s AND g.run_created_at = (SELECT CASE WHEN kr.created_at >= '2026-11-01T00:00:00+00:00'::timestamptz THEN kr.created_at ELSE '1970-01-01T00:00:00+00:00'::timestamptz END FROM durable_workflow_run AS kr WHERE kr.id = (SELECT run_id FROM fence) AND kr.id_time = %s)
     RETURNING g.remaining
 ),
 stopped AS (

@@ -8,9 +8,12 @@ afresh and migrated. STATE is one of:
 - ``never-analyzed``: the tables as a fresh install has them, empty and never analyzed;
 - ``bulk-loaded``: 100,000 runs, their ready items and journal entries loaded, never analyzed;
 - ``analyzed-empty``: a few rows, ANALYZEd (statistics say the tables are nearly empty), and then
-  the 100,000 loaded without another ANALYZE (the statistics are stale).
+  the 100,000 loaded without another ANALYZE (the statistics are stale);
+- ``partitioned``: the journal and the runs table partitioned by day (PartitionJournal,
+  PartitionRuns), then the 100,000 loaded into the partition before the conversion, not analyzed
+  since; its statements are those of tests/golden/postgres_statements_partitioned.sql.
 
-Each statement of GOLDEN (tests/golden/postgres_statements.sql) is prepared and its generic plan
+Each statement of GOLDEN (the state's golden file by default) is prepared and its generic plan
 explained, as a worker's prepared statement is planned once and kept. The report names, for each
 statement, every node that reads the work-item, run or journal tables in a way whose cost grows
 with the table: a sequential scan, a sort of what such a scan read, or an index scan with no index
@@ -34,7 +37,13 @@ TABLES = {"durable_work_item", "durable_workflow_run", "durable_step"}
 # Indexes whose rows are few by design, whatever the table holds: the claimed items (at most one per
 # worker slot), which a limited queue's claim counts.
 SMALL = {"durable_work_item_claimed"}
-STATES = ("never-analyzed", "bulk-loaded", "analyzed-empty")
+STATES = ("never-analyzed", "bulk-loaded", "analyzed-empty", "partitioned")
+GOLDEN = ROOT / "tests" / "golden" / "postgres_statements.sql"
+GOLDEN_PARTITIONED = ROOT / "tests" / "golden" / "postgres_statements_partitioned.sql"
+
+
+def golden_of(state: str) -> Path:
+    return GOLDEN_PARTITIONED if state == "partitioned" else GOLDEN
 ROWS = 100_000
 
 
@@ -49,8 +58,20 @@ def numbered(sql: str) -> str:
     return "".join(f"{part}${index}" for index, part in enumerate(parts[:-1], 1)) + parts[-1]
 
 
-def fresh_database(server: str, name: str) -> str:
-    """A new, migrated database `name` on `server`; return its URL."""
+# The conversion a project's own migrations make (docs/partitioning.md), in the migrated database.
+PARTITION = """
+import django; django.setup()
+from django.db import connection
+from django_durable import partitioning
+with connection.schema_editor(atomic=False) as editor:
+    partitioning.PartitionJournal(interval="day").database_forwards("app", editor, None, None)
+    partitioning.PartitionRuns(interval="day").database_forwards("app", editor, None, None)
+"""
+
+
+def fresh_database(server: str, name: str, partitioned: bool = False) -> str:
+    """A new, migrated database `name` on `server` (its journal and runs partitioned, if asked);
+    return its URL."""
     admin = re.sub(r"/[^/]*$", "/postgres", server)
     with psycopg.connect(admin, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
@@ -59,17 +80,22 @@ def fresh_database(server: str, name: str) -> str:
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "bench.settings", "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", "import django; django.setup(); from django.core.management import "
                     "call_command; call_command('migrate', verbosity=0)"], env=env, check=True, cwd=ROOT)
+    if partitioned:
+        subprocess.run([sys.executable, "-c", PARTITION], env=env, check=True, cwd=ROOT)
     return url
 
 
 def load(connection, rows: int) -> None:
-    """`rows` more runs, each with its ready advance item and two journal entries."""
+    """`rows` more runs, each with its ready advance item and two journal entries: runs made a day
+    ago (on a converted database, before the conversion: in the partition before, as the runs a
+    project has when it converts)."""
     connection.execute(f"""
         WITH run AS (
             INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue,
-                                              priority, concurrency_key, detached, awaited, last_worker, id_time)
+                                              priority, concurrency_key, detached, awaited, last_worker, id_time,
+                                              created_at)
             SELECT gen_random_uuid(), 'load', 'pending', '', '{{}}', 1, 1, 'default', 0, '', false, false, '',
-                   '1970-01-01'
+                   '1970-01-01', now() - interval '1 day'
             FROM generate_series(1, {rows})
             RETURNING id
         ),
@@ -125,13 +151,13 @@ def _reads_unbounded(plan: dict) -> bool:
 
 def main() -> None:
     server, state = sys.argv[1], sys.argv[2]
-    golden = Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT / "tests" / "golden" / "postgres_statements.sql"
     if state not in STATES:
         raise SystemExit(f"Not a state: {state!r}; use one of {', '.join(STATES)}.")
-    url = fresh_database(server, f"plans_{state.replace('-', '_')}")
+    golden = Path(sys.argv[3]) if len(sys.argv) > 3 else golden_of(state)
+    url = fresh_database(server, f"plans_{state.replace('-', '_')}", partitioned=state == "partitioned")
     report = {}
     with psycopg.connect(url, autocommit=True) as connection:
-        if state == "bulk-loaded":
+        if state in ("bulk-loaded", "partitioned"):
             load(connection, ROWS)
         elif state == "analyzed-empty":
             load(connection, 3)
