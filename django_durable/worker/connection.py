@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 
 from django.db import DatabaseError, InterfaceError, connections
 
 from .. import workpool
+from ..humanize import one_line
 from ..interrupts import DatabaseUnavailable
 from ..models import WorkItem
 
@@ -47,3 +49,41 @@ class Backoff:
 
     def reset(self) -> None:
         self.current = self.first
+
+
+class Outage:
+    """The database away, as one thread of a worker meets it: the first error of an outage is a
+    warning, the tries after it wait a growing, jittered back-off (up to `cap` seconds, so that
+    workers reconnecting do not storm a server that is starting or a standby being promoted),
+    and the end is said once, with its length."""
+
+    def __init__(self, first: float = 0.2, cap: float = 5.0):
+        self.backoff = Backoff(first, cap)
+        self.cap = cap
+        self.since: float | None = None  # time.monotonic() of the outage's first error
+        self.retry_at = 0.0  # no try before this (time.monotonic())
+        self.errors = 0
+
+    def failed(self, exc: BaseException, who: str) -> float:
+        """Note a database error of `who`; return how long to wait before the next try."""
+        now = time.monotonic()
+        self.errors += 1
+        if self.since is None:
+            self.since = now
+            logger.warning("Database error in %s: %s; trying again with back-off.", who, one_line(exc))
+        else:
+            logger.debug("Database error in %s (%d in %.1f s): %s", who, self.errors, now - self.since,
+                         one_line(exc))
+        delay = self.backoff.next()
+        self.retry_at = now + delay
+        return delay
+
+    def ended(self, who: str) -> bool:
+        """Note a success of `who`; return True if it ended an outage."""
+        if self.since is None:
+            return False
+        logger.info("The database answers %s again after %.1f s (%d failed tries).", who,
+                    time.monotonic() - self.since, self.errors)
+        self.since, self.errors, self.retry_at = None, 0, 0.0
+        self.backoff.reset()
+        return True

@@ -16,9 +16,8 @@ import time
 
 from .. import clock, conf, schedules, workpool
 from ..engine import alarm
-from ..humanize import one_line
 from . import machine
-from .connection import DB_ERRORS, close_connection, report_lost
+from .connection import DB_ERRORS, Outage, close_connection, report_lost
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -38,6 +37,10 @@ class Maintenance(threading.Thread):
         self.tick = max(0.02, min(0.25, self.heartbeat / 4, self.timer_interval))
         self.done = threading.Event()
         self.next_timers = time.monotonic()  # when to look for due timers next
+        self.next_reap = 0.0
+        self.beats: dict = {}  # claim token -> when its lease was last renewed (monotonic)...
+        self.polls: dict = {}  # ...and when its run's cancel was last looked for
+        self.outage = Outage()
         self.presence = Presence(worker)
 
     def expect_timer(self, seconds: float) -> None:
@@ -47,9 +50,7 @@ class Maintenance(threading.Thread):
     def run(self) -> None:
         worker = self.worker
         now = time.monotonic()
-        next_reap = now + random.uniform(0, self.reaper_interval)
-        beats: dict = {}
-        polls: dict = {}
+        self.next_reap = now + random.uniform(0, self.reaper_interval)
         next_report = now
         try:
             while not self.done.wait(max(0.001, min(self.tick, self.next_timers - time.monotonic()))):
@@ -57,50 +58,72 @@ class Maintenance(threading.Thread):
                 if worker.hard_stop or (worker.stop_deadline is not None and now >= worker.stop_deadline):
                     worker.abandon_and_exit("on shutdown")
                 claim = worker.current_claim()
+                if claim is not None:
+                    self._watch(claim, now)
+                    self._cancel(claim, now)
+                if now < self.outage.retry_at:
+                    continue  # the database was away a moment ago: back off, do not storm it
                 try:
-                    if claim is not None:
-                        self._watch(claim, now)
-                        last = beats.setdefault(claim.token, now)
-                        if now - last >= self.heartbeat:
-                            beats[claim.token] = polls[claim.token] = now
-                            if not workpool.renew(claim):
-                                report_lost(claim, worker.name, "will record nothing of the step in progress")
-                        elif not claim.cancel_requested and now - polls.setdefault(claim.token, now) >= self.cancel_poll:
-                            polls[claim.token] = now
-                            workpool.check_cancel(claim)
-                        self._cancel(claim, now)
-                    else:
-                        beats.clear()
-                        polls.clear()
+                    self._beat(claim, now)
                     if now >= next_report:
                         next_report = now + self.presence.interval
                         self.presence.report(claim)
-                    if now >= next_reap:
-                        next_reap = now + self.reaper_interval * random.uniform(0.8, 1.2)
+                    if now >= self.next_reap:
+                        self.next_reap = now + self.reaper_interval * random.uniform(0.8, 1.2)
                         workpool.reap(db=worker.db)
                     if now >= self.next_timers:
-                        self.next_timers = now + self.timer_interval * random.uniform(0.8, 1.2)
-                        fired = batch = workpool.fire_timers(db=worker.db)
-                        while batch >= workpool.TIMER_BATCH:  # a backlog of due timers: keep firing
-                            batch = workpool.fire_timers(db=worker.db)
-                            fired += batch
-                        fired += schedules.tick(db=worker.db)
-                        if fired:
-                            worker.poke()  # without NOTIFY (SQLite) the main loop would sleep on
-                        for due_in in (workpool.next_timer_in(db=worker.db), schedules.next_due_in(db=worker.db)):
-                            if due_in is not None:
-                                self.expect_timer(due_in)
+                        self._fire_timers(now)
                 except DB_ERRORS as exc:
-                    logger.warning("Database error in maintenance of %s: %s", worker.name, one_line(exc))
                     close_connection(worker.db)
+                    self.outage.failed(exc, f"maintenance of {worker.name}")
+                    # Every worker's heartbeats fail as ours do, so their leases run out without
+                    # them being lost: no reaping until each had the time to reconnect (within
+                    # the back-off's cap; twice that is a margin) and renew, or hand its claim
+                    # back, rather than see it taken back and counted as a delivery.
+                    self.next_reap = max(self.next_reap, now + 2 * self.outage.cap + self.heartbeat)
                 except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
                     logger.exception("Maintenance of worker %s failed; going on.", worker.name)
+                else:
+                    self.outage.ended(f"maintenance of {worker.name}")
         finally:
             try:
                 self.presence.report(None, stopped=True)
             except Exception:  # noqa: BLE001 - best effort: the row goes stale by itself
                 pass
             close_connection(worker.db)
+
+    def _beat(self, claim, now: float) -> None:
+        """Renew the lease of the claim in flight every heartbeat; between two, learn of a cancel."""
+        if claim is None:
+            self.beats.clear()
+            self.polls.clear()
+            return
+        last = self.beats.setdefault(claim.token, now)
+        if now - last >= self.heartbeat:
+            self.beats[claim.token] = self.polls[claim.token] = now
+            known = claim.lost or claim.ending
+            if not workpool.renew(claim) and not known:
+                # (A claim being ended is gone once its end commits: not lost; one the main thread
+                # gave up it hands back or reports itself.)
+                report_lost(claim, self.worker.name, "will record nothing of the step in progress")
+        elif not claim.cancel_requested and now - self.polls.setdefault(claim.token, now) >= self.cancel_poll:
+            self.polls[claim.token] = now
+            workpool.check_cancel(claim)
+
+    def _fire_timers(self, now: float) -> None:
+        """Fire the due timers and schedules; look again when the next is due, or a poll later."""
+        db = self.worker.db
+        self.next_timers = now + self.timer_interval * random.uniform(0.8, 1.2)
+        fired = batch = workpool.fire_timers(db=db)
+        while batch >= workpool.TIMER_BATCH:  # a backlog of due timers: keep firing
+            batch = workpool.fire_timers(db=db)
+            fired += batch
+        fired += schedules.tick(db=db)
+        if fired:
+            self.worker.poke()  # without NOTIFY (SQLite) the main loop would sleep on
+        for due_in in (workpool.next_timer_in(db=db), schedules.next_due_in(db=db)):
+            if due_in is not None:
+                self.expect_timer(due_in)
 
     def _cancel(self, claim, now: float) -> None:
         """Interrupt the step in progress once its run's cancel has waited out its grace."""

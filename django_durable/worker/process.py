@@ -19,7 +19,7 @@ from ..humanize import one_line
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..models import WorkflowRun, WorkItem
 from ..workpool import Outcome
-from .connection import DB_ERRORS, Backoff, close_connection, report_lost
+from .connection import DB_ERRORS, Backoff, Outage, close_connection, report_lost
 from .maintenance import Maintenance
 from .waiter import Waiter
 
@@ -55,6 +55,7 @@ class Worker:
         self._current: workpool.Claim | None = None
         self._next: workpool.Claim | None = None  # claimed by the statement that ended the last item
         self._declined: dict[int, float] = {}  # item id -> until when (monotonic) others go first
+        self._unreleased: list[workpool.Claim] = []  # claims a database error kept us from handing back
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -84,19 +85,25 @@ class Worker:
             logger.warning("Could not make the journal's and the runs' partitions ahead (%s).", exc)
             close_connection(self.db)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
-        backoff = Backoff()
+        backoff, outage = Backoff(), Outage()
         try:
             while not self._stopping.is_set():
                 try:
+                    self._hand_back()
                     if self._run_once():
                         backoff.reset()
+                        if outage.ended(f"worker {self.name}"):
+                            waiter.listen()  # now, not when next idle: it may be busy a while
                         continue
                     if self.burst and not workpool.pending_work(queues=self.queues, db=self.db):
                         break
+                    outage.ended(f"worker {self.name}")
                 except DB_ERRORS as exc:
-                    logger.warning("Database error in worker %s: %s", self.name, one_line(exc))
                     close_connection(self.db)
-                    waiter.sleep(backoff.next())
+                    # The listening session is likely gone with the server: listen again at the
+                    # next wait, not when a wait on the dead socket finds it so.
+                    waiter.reset()
+                    waiter.sleep(outage.failed(exc, f"worker {self.name}"))
                     continue
                 except Exception:  # noqa: BLE001 - a worker outlives its own bugs
                     logger.exception("Worker %s failed; going on after a pause.", self.name)
@@ -104,6 +111,10 @@ class Worker:
                     continue
                 waiter.wait(self._idle_seconds())
         finally:
+            try:
+                self._hand_back()
+            except DB_ERRORS:  # still away: their leases run out and the reaper takes them back
+                close_connection(self.db)
             if self._next is not None:  # claimed while the stop request arrived: hand it back
                 try:
                     workpool.release(self._next, run_status=WorkflowRun.Status.PENDING)
@@ -186,7 +197,11 @@ class Worker:
                 # this worker writes nothing more for it and goes on with other work.
                 claim.lost, outcome = True, Outcome.LOST
             if outcome == Outcome.LOST:
-                report_lost(claim, self.name, "abandoned it")
+                # Lost to the database (the fence failed), or only on this side (the lease ran out
+                # by this process's clock while the database was away or the process paused):
+                # a fenced release tells which, and in the second case hands the run on now.
+                self._unreleased.append(claim)
+                self._hand_back()
             elif outcome == Outcome.DEFERRED:
                 self._declined[claim.item_id] = time.monotonic() + 2 * workpool.missing_code_delay()
         except DB_ERRORS as exc:
@@ -194,12 +209,12 @@ class Worker:
                 self._fail_refused(claim, exc)
                 return True
             # Hand the run back so another worker (or we, once reconnected) goes on at once
-            # rather than after the lease; the release is fenced, so it is safe to try.
+            # rather than after the lease; the release is fenced, so it is safe to try. With the
+            # database away, it is tried again as soon as the database answers (_hand_back): an
+            # outage is not a lost worker, so it must not cost the run one of its deliveries.
             close_connection(self.db)
-            try:
-                workpool.release(claim, run_status=WorkflowRun.Status.PENDING)
-            except DB_ERRORS:
-                close_connection(self.db)
+            self._unreleased.append(claim)
+            self._hand_back()
             raise
         except Exception:
             # A bug of ours, not the workflow's (those end the run). Treat it like a crash: let
@@ -215,10 +230,37 @@ class Worker:
                 self.maintenance.expect_timer((claim.earliest_timer - claim.db_now()).total_seconds())
             # Set by the statement that ended this item, even if something failed after it.
             self._next = claim.next_claim
-            with self._current_lock:
-                self._current = self._next
+            with self._current_lock:  # (a claim still to hand back keeps its heartbeat)
+                self._current = self._next or (self._unreleased[0] if self._unreleased else None)
             self.processed += 1
         return True
+
+    def _hand_back(self) -> None:
+        """Release, fenced, the claims this worker gave up without handing them back: a database
+        error kept it from writing, or it took the claim for lost by its own clock.
+
+        Meanwhile the maintenance thread keeps renewing their leases (current_claim), so that no
+        reaper takes them back as a lost worker's: an outage is not a lost worker, and must not
+        cost a run one of its DURABLE_MAX_DELIVERIES. One taken all the same is gone: the
+        release writes nothing, and the loss is reported.
+        """
+        while self._unreleased:
+            claim = self._unreleased[0]
+            try:
+                held = workpool.release(claim, run_status=WorkflowRun.Status.PENDING)
+            except DB_ERRORS:
+                close_connection(self.db)
+                raise
+            if held:
+                logger.info("Worker %s handed %s back; it goes on from its last checkpoint.", self.name,
+                            f"branch {claim.step_key!r} of run {claim.run_id}" if claim.kind == WorkItem.Kind.STEP
+                            else f"run {claim.run_id}")
+            else:
+                report_lost(claim, self.name, "abandoned it")
+            self._unreleased.pop(0)
+            with self._current_lock:
+                if self._current is claim:
+                    self._current = None
 
     def _fail_refused(self, claim: workpool.Claim, exc: BaseException) -> None:
         """The database refused the engine's own write for its data (a damaged row, a value out

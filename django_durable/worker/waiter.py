@@ -10,12 +10,16 @@ import time
 from django.db import connections
 
 from .. import conf, workpool
+from ..humanize import one_line
+from .connection import Backoff
 
 logger = logging.getLogger("django_durable.worker")
 
 
 # libpq's TCP keepalives for the listening session: a dead peer is found within about 25 seconds.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+# The longest wait between two tries to listen again (while failing, the worker polls).
+LISTEN_RETRY_CAP = 10.0
 
 
 class Waiter:
@@ -29,12 +33,14 @@ class Waiter:
         self.db = db
         self.wake_fd = wake_fd
         self.listener = None
-        self._listen_failed_at = 0.0
+        self._lost = False  # the listening session failed: say so when it is back
+        self._listen_at = 0.0  # no LISTEN before this (time.monotonic())
+        self._backoff = Backoff(first=0.5, cap=LISTEN_RETRY_CAP)
 
     def listen(self):
         if self.listener is not None or connections[self.db].vendor != "postgresql":
             return self.listener
-        if not conf.get("LISTEN_NOTIFY") or time.monotonic() - self._listen_failed_at < 10:
+        if not conf.get("LISTEN_NOTIFY") or time.monotonic() < self._listen_at:
             return None
         try:
             import psycopg
@@ -48,14 +54,28 @@ class Waiter:
             self.listener = psycopg.connect(**params, autocommit=True)
             self.listener.execute(f"LISTEN {workpool.NOTIFY_CHANNEL}")
         except Exception as exc:  # noqa: BLE001 - polling still works without notifications
-            logger.warning("LISTEN failed (%s); polling only.", exc)
-            self._listen_failed_at = time.monotonic()
-            self.close()
+            if not self._lost:
+                logger.warning("LISTEN failed (%s); polling until it succeeds.", one_line(exc))
+            self._failed()
             return None
-        if self._listen_failed_at:
+        if self._lost:
             logger.info("Listening for notifications again.")
-            self._listen_failed_at = 0.0
+            self._lost = False
+        self._backoff.reset()
         return self.listener
+
+    def _failed(self) -> None:
+        """The listening session failed: poll, and try again after a growing back-off."""
+        self._lost = True
+        self._listen_at = time.monotonic() + self._backoff.next()
+        self.close()
+
+    def reset(self) -> None:
+        """The database failed the worker's own session: the listening one is likely dead too
+        (a restart, a failover). Drop it and listen again at the next wait, after the back-off."""
+        if self.listener is not None:
+            self._lost = True
+            self.close()
 
     def wait(self, timeout: float) -> None:
         listener = self.listen()
@@ -65,10 +85,9 @@ class Waiter:
             if listener is not None and sum(1 for _ in listener.notifies(timeout=0)):
                 logger.debug("Woken by a notification.")
         except Exception as exc:  # noqa: BLE001 - a dead listener is replaced on the next wait
-            logger.warning("Lost the LISTEN connection (%s); polling every %gs, listening again in 10s.",
-                           exc, timeout)
-            self._listen_failed_at = time.monotonic()
-            self.close()
+            logger.warning("Lost the LISTEN connection (%s); polling every %gs until listening again.",
+                           one_line(exc), timeout)
+            self._failed()
         self._drain()
 
     def sleep(self, seconds: float) -> None:

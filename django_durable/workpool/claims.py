@@ -80,6 +80,9 @@ class Claim:
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
     lost: bool = field(default=False)
     reported: bool = False  # the loss was logged (once per claim)
+    # Set before the statement that ends the item is sent: a heartbeat that finds the claim gone
+    # from then on met that end (or the end will find the claim lost and say so), not a thief.
+    ending: bool = False
     cancel_requested: bool = False  # learnt at claim, at each checkpoint, heartbeat and cancel poll
     # While user code of a step runs (set by the alarm): when it must end (time.monotonic()),
     # and whether a cancel may interrupt it (None: no step is running).
@@ -281,6 +284,7 @@ def _ending(claim: Claim, then: ClaimRequest | None, end):
     A falsy outcome means the fence did not hold: the claim is lost.
     """
     outcome = {}
+    claim.ending = True
 
     def send(next_claim: ClaimParams | None):
         outcome["value"], row = end(next_claim)
@@ -298,7 +302,8 @@ def renew(claim: Claim) -> bool:
         return False
     started = time.monotonic()
     if claim.fence().update(claim_expires_at=lease_expiry()) != 1:
-        claim.lost = True
+        if not claim.ending:  # else the end decides: it committed, or it finds the claim lost
+            claim.lost = True
         return False
     claim.valid_until = valid_until(started)
     check_cancel(claim)
@@ -362,6 +367,7 @@ def defer_missing(claim: Claim, what: str) -> Outcome:
     delay = dt.timedelta(seconds=missing_code_delay())
     now = clock.db_now()
     since = ExpressionWrapper(now - Value(dt.timedelta(seconds=grace)), output_field=DateTimeField())
+    claim.ending = True
     with transaction.atomic(using=claim.db):
         # Within the grace (or the first miss, with no stamp yet): hand it back.
         handed_back = claim.fence().exclude(missing_since__lte=since).free(
@@ -390,6 +396,7 @@ def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[
     it. Return False (writing nothing) if the claim is lost.
     """
     record_steps(claim, records)
+    claim.ending = True
     with transaction.atomic(using=claim.db):
         if not claim.fence().end(Status.COMPLETED, step_key=""):
             claim.lost = True

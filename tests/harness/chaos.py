@@ -106,6 +106,24 @@ class Postgres:
                                     "-t", "60", "-l", str(self.directory / "server.log"), "restart"]),
                        capture_output=True, timeout=120, check=False)
 
+    def down(self, seconds: float) -> float:
+        """Stop the server as a crash does, keep it down `seconds`, start it with its options again;
+        return time.monotonic() when it answers."""
+        import shlex
+
+        pg_ctl = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))), None) or "pg_ctl"
+        data = self.directory / "data"
+        started_as = shlex.split((data / "postmaster.opts").read_text())[1:]  # the postgres command line
+        options = [arg for n, arg in enumerate(started_as)
+                   if arg != "-D" and (n == 0 or started_as[n - 1] != "-D")]
+        subprocess.run(self._owner([str(pg_ctl), "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True, timeout=120, check=True)
+        time.sleep(seconds)
+        subprocess.run(self._owner([str(pg_ctl), "-D", str(data), "-w", "-t", "60", "-l",
+                                    str(self.directory / "server.log"), "-o", shlex.join(options), "start"]),
+                       capture_output=True, timeout=120, check=True)
+        return time.monotonic()
+
     def stop(self) -> None:
         if self.url:
             subprocess.run([str(ROOT / "scripts" / "pg-server.sh"), "stop", str(self.directory)],

@@ -443,6 +443,12 @@ def waiting_parent(ctx):
     return ctx.wait_for_signal("never")
 
 
+@durable.workflow("tests.naps")
+def naps(ctx, n=6, seconds=0.5):
+    """`n` steps that each sleep `seconds` (tests/harness/outage.py: a database outage mid-run)."""
+    return [ctx.step(f"nap{i}", nap, ctx.run_id, seconds) for i in range(n)]
+
+
 @durable.workflow("tests.map_pids")
 def map_pids(ctx, n):
     return [r["pid"] for r in ctx.map("m", square_item, [(ctx.run_id, i) for i in range(n)])]

@@ -1,0 +1,69 @@
+"""A database outage is not a lost worker (RELIABILITY T46); and a heartbeat that meets the end
+its own worker just made says nothing.
+
+The outage itself, with real worker processes and a server stopped as a crash stops it, is
+tests/harness/outage.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+import django_durable as durable
+from django_durable import workpool
+from django_durable.models import WorkItem
+from django_durable.worker.maintenance import Maintenance
+from tests.conftest import ROOT
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.processes
+@pytest.mark.timeout(400)
+def test_an_outage_longer_than_the_lease_costs_no_delivery_no_storm_and_no_notification():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+    done = subprocess.run([sys.executable, "-m", "tests.harness.outage"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=360)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "6 of 6 runs completed" in done.stdout, done.stdout
+    assert "claims taken back as lost workers': 0" in done.stdout, done.stdout
+
+
+def _heartbeat_due(claim) -> tuple[Maintenance, float]:
+    """A worker's maintenance thread (not started) whose next heartbeat for `claim` is due now."""
+    worker = SimpleNamespace(name=claim.worker, db="default", queues=None, processed=0)
+    maintenance = Maintenance(worker)
+    now = time.monotonic()
+    maintenance.beats[claim.token] = now - maintenance.heartbeat - 1
+    return maintenance, now
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_after_its_own_worker_ended_the_claim_says_nothing(caplog):
+    durable.start("tests.three_steps", x=1)
+    claim = workpool.claim(worker="w1", queues=None, db="default")
+    maintenance, now = _heartbeat_due(claim)  # read as current just before the end...
+    assert workpool.release(claim, run_status="pending")  # ...which then commits
+    with caplog.at_level(logging.WARNING, logger="django_durable"):
+        maintenance._beat(claim, now)
+    assert not [r for r in caplog.records if "lost its claim" in r.getMessage()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_that_finds_its_claim_taken_says_so(caplog):
+    durable.start("tests.three_steps", x=1)
+    claim = workpool.claim(worker="w1", queues=None, db="default")
+    maintenance, now = _heartbeat_due(claim)
+    WorkItem.objects.filter(id=claim.item_id).update(claim_token=uuid.uuid4(), claimed_by="w2")  # reaped, taken
+    with caplog.at_level(logging.WARNING, logger="django_durable"):
+        maintenance._beat(claim, now)
+    assert claim.lost
+    assert [r for r in caplog.records if "lost its claim" in r.getMessage()]
