@@ -57,7 +57,10 @@ def truncate() -> None:
 def _raw_worker(url, barrier, results):
     import psycopg
 
-    with psycopg.connect(url) as conn:
+    # Through a transaction pooler (DURABLE_BENCH_POOLED=1) statements go unprepared, as the
+    # pooler cannot keep them between transactions.
+    pooled = os.environ.get("DURABLE_BENCH_POOLED") == "1"
+    with psycopg.connect(url, **({"prepare_threshold": None} if pooled else {})) as conn:
         barrier.wait()
         done, started = 0, time.perf_counter()
         while True:

@@ -53,6 +53,7 @@ DATABASES = {"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])}
 DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 1.0))
+DURABLE_LISTEN_NOTIFY = os.environ.get("DURABLE_LISTEN_NOTIFY", "1") == "1"  # bench/producers.py
 # No nightly durable.prune: a benchmark measures its own prune, and the built-in one firing at
 # 03:17 UTC in the middle of a measurement deletes the history it measures (seen on 2026-11-25).
 DURABLE_PRUNE_SCHEDULE = None

@@ -52,10 +52,10 @@ class Backoff:
 
 
 class Outage:
-    """The database away, as one thread of a worker meets it: the first error of an outage is a
-    warning, the tries after it wait a growing, jittered back-off (up to `cap` seconds, so that
-    workers reconnecting do not storm a server that is starting or a standby being promoted),
-    and the end is said once, with its length."""
+    """The database away, as one thread of a worker meets it: the first error of an outage, and
+    the first of each new kind (refused, read-only), is a warning; the tries after it wait a
+    growing, jittered back-off (up to `cap` seconds, so that workers reconnecting do not storm a
+    server that is starting or a standby being promoted); the end is said once, with its length."""
 
     def __init__(self, first: float = 0.2, cap: float = 5.0):
         self.backoff = Backoff(first, cap)
@@ -63,17 +63,20 @@ class Outage:
         self.since: float | None = None  # time.monotonic() of the outage's first error
         self.retry_at = 0.0  # no try before this (time.monotonic())
         self.errors = 0
+        self.kind = ""  # the last error's type: a new kind of error is a warning again
 
     def failed(self, exc: BaseException, who: str) -> float:
         """Note a database error of `who`; return how long to wait before the next try."""
         now = time.monotonic()
         self.errors += 1
-        if self.since is None:
-            self.since = now
+        kind = type(exc.__cause__ or exc).__name__  # refused, read-only, shutting down...: each is said
+        if self.since is None or kind != self.kind:
+            self.since = self.since or now
             logger.warning("Database error in %s: %s; trying again with back-off.", who, one_line(exc))
         else:
             logger.debug("Database error in %s (%d in %.1f s): %s", who, self.errors, now - self.since,
                          one_line(exc))
+        self.kind = kind
         delay = self.backoff.next()
         self.retry_at = now + delay
         return delay
@@ -84,6 +87,6 @@ class Outage:
             return False
         logger.info("The database answers %s again after %.1f s (%d failed tries).", who,
                     time.monotonic() - self.since, self.errors)
-        self.since, self.errors, self.retry_at = None, 0, 0.0
+        self.since, self.errors, self.retry_at, self.kind = None, 0, 0.0, ""
         self.backoff.reset()
         return True

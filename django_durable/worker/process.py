@@ -86,11 +86,13 @@ class Worker:
             close_connection(self.db)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff, outage = Backoff(), Outage()
+        settle = False  # work was done since the last wait: look again once, shortly
         try:
             while not self._stopping.is_set():
                 try:
                     self._hand_back()
                     if self._run_once():
+                        settle = True
                         backoff.reset()
                         if outage.ended(f"worker {self.name}"):
                             waiter.listen()  # now, not when next idle: it may be busy a while
@@ -109,7 +111,10 @@ class Worker:
                     logger.exception("Worker %s failed; going on after a pause.", self.name)
                     waiter.sleep(backoff.next())
                     continue
-                waiter.wait(self._idle_seconds())
+                idle = self._idle_seconds()
+                if settle:  # a start that committed just after the last claim may not have notified
+                    idle, settle = min(idle, SETTLE_SECONDS), False
+                waiter.wait(idle)
         finally:
             try:
                 self._hand_back()
@@ -325,3 +330,8 @@ def refused(exc: BaseException) -> bool:
 
 # Seconds between claims while a queue's limits hold back ready work.
 LIMITED_POLL = 0.05
+
+# Seconds a worker that just ran out of work waits before it looks once more, then the poll
+# interval: a start skips its NOTIFY when it sees a ready item not yet claimed
+# (queries.START_NOTIFY_IF_IDLE), which may be the last one this worker took.
+SETTLE_SECONDS = 0.05

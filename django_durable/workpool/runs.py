@@ -154,19 +154,21 @@ def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     params = [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority, run.concurrency_key]
     if partitioning.runs.layout(db) is not None:
         params.append(run.id_time)
-    _, run.created_at, run.updated_at = _insert(db, queries.START_ONE, params, notify=True)
+    _, run.created_at, run.updated_at = _insert(db, queries.START_ONE, params, notify=queries.START_NOTIFY_IF_IDLE)
     run._state.adding, run._state.db = False, db
     return run
 
 
-def _insert(db: str, runs: str, params: list, *, notify: bool, id_time_value: str | None = None,
+def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str | None = None,
             skip_existing: bool = False) -> tuple:
-    """queries.START with `runs` as its rows; (how many runs, the last one's created_at, updated_at)."""
+    """queries.START with `runs` as its rows and `notify` (a START_NOTIFY, or "") as its wake-up;
+    (how many runs, the last one's created_at, updated_at)."""
     parts = postgres.run_parts()
     if id_time_value is not None and parts["id_time_value"]:
         parts = {**parts, "id_time_value": id_time_value}
-    sql = queries.START.format(runs=runs.format(**parts), now=clock.now_sql("postgresql"),
-                               notify=queries.START_NOTIFY if notify and conf.get("LISTEN_NOTIFY") else "",
+    now = clock.now_sql("postgresql")
+    sql = queries.START.format(runs=runs.format(**parts), now=now,
+                               notify=notify.format(now=now) if conf.get("LISTEN_NOTIFY") else "",
                                conflict="\n    ON CONFLICT DO NOTHING" if skip_existing else "", **parts)
     return postgres.execute(db, sql, params)[0][:3]
 
@@ -204,7 +206,7 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
             arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
             inputs = json.dumps([run.input for run in batch])
             _insert(db, queries.START_MANY, [*arrays, inputs], skip_existing=skip_existing,
-                    notify=notify and first + START_MANY_BATCH >= len(runs),
+                    notify=queries.START_NOTIFY if notify and first + START_MANY_BATCH >= len(runs) else "",
                     id_time_value=", durable_run_id_time(given.id)")
         else:
             WorkflowRun.objects.using(db).bulk_create(

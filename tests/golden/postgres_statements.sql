@@ -639,7 +639,10 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+SELECT count(*), max(created_at), max(updated_at),
+       (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
+            SELECT 1 FROM durable_work_item AS w
+            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
 
 -- name: start many runs (9 parameters)
 WITH run AS (
