@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-latest docs bench bench-peers chaos hosts clean
+.PHONY: demo test test-fast test-latest docs bench bench-peers chaos hosts failover pooler producers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,23 @@ chaos: $(STAMP)
 # runs shared, a host's link cut mid-step and restored, NOTIFY across hosts (tests/harness/hosts.py).
 hosts: $(STAMP)
 	$(VENV)/bin/python -m tests.harness.hosts
+
+# A failover (about 4 minutes): pg_auto_failover's monitor and two nodes on 127.0.0.1 (installed
+# with apt when missing), workers on a multi-host connection string, the primary killed under
+# load, the standby promoted, the old primary back as the standby (tests/harness/failover.py).
+failover: $(STAMP)
+	$(VENV)/bin/python -m tests.harness.failover --seconds $${FAILOVER_SECONDS:-20}
+
+# Through PgBouncer in transaction mode (installed with apt when missing): the worker checks of
+# tests/harness/pooler.py, then the chaos soak through the pooler. CHAOS_SECONDS=... to change.
+pooler: $(STAMP)
+	$(VENV)/bin/python -m tests.harness.pooler
+	$(VENV)/bin/python -m tests.harness.chaos --duration $${CHAOS_SECONDS:-60} --pooler
+
+# Many producers (RELIABILITY T45): 16, 32 and 64 processes starting runs and enqueuing tasks while
+# two workers drain, with NOTIFY and without (bench/producers.py), on a throwaway PostgreSQL.
+producers: $(STAMP)
+	BENCH_SCRIPT=bench/producers.py scripts/run-bench.sh $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-docs site dist build db.sqlite3 db.sqlite3-*

@@ -34,6 +34,7 @@ def check_settings(app_configs=None, **kwargs):
             id="django_durable.E003",
         ))
     errors.extend(_check_routing(alias))
+    errors.extend(_check_listen_database())
     errors.extend(_check_offload())
     errors.extend(_check_timing())
     errors.extend(_check_retry())
@@ -69,6 +70,20 @@ def _check_routing(alias):
         hint='Add "django_durable.routers.DurableRouter" to DATABASE_ROUTERS (first).',
         id="django_durable.E008",
     )]
+
+
+def _check_listen_database():
+    alias = conf.get("LISTEN_DATABASE")
+    if alias is None:
+        return []
+    if alias not in settings.DATABASES or not settings.DATABASES[alias].get("ENGINE", "").endswith("postgresql"):
+        return [Error(
+            f"DURABLE_LISTEN_DATABASE is {alias!r}, which is not a PostgreSQL database of DATABASES.",
+            hint="Name an alias that reaches the durable database's server directly (not through a "
+                 "transaction pooler), or set it to None.",
+            id="django_durable.E012",
+        )]
+    return []
 
 
 def _check_offload():

@@ -24,6 +24,10 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE_SECONDS": 30.0,
     # Use LISTEN/NOTIFY on PostgreSQL to wake idle workers at once (polling stays on).
     "LISTEN_NOTIFY": True,
+    # The DATABASES alias the listening sessions connect through (the workers' and wait()'s),
+    # when DURABLE_DATABASE goes through a transaction pooler, in which LISTEN hears nothing:
+    # one that reaches the same server directly. None: DURABLE_DATABASE.
+    "LISTEN_DATABASE": None,
     # The retry policy of steps that name none (nor their workflow): a durable.RetryPolicy or
     # a dict of its fields. None: 3 attempts, 1 s back-off doubling up to 60 s, 10% jitter.
     "DEFAULT_RETRY": None,

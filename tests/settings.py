@@ -88,6 +88,18 @@ else:
 if os.environ.get("DURABLE_TEST_DB_NAME"):
     # A worker subprocess: connect straight to the database the test run created.
     DATABASES["default"]["NAME"] = os.environ["DURABLE_TEST_DB_NAME"]
+if os.environ.get("DURABLE_TEST_HOSTS"):
+    # A primary and its standby (tests/harness/failover.py): "host:port,host:port", whichever
+    # accepts writes (libpq's multi-host connection string).
+    _hosts = [h.rsplit(":", 1) for h in os.environ["DURABLE_TEST_HOSTS"].split(",")]
+    DATABASES["default"].update(HOST=",".join(h for h, _ in _hosts), PORT=",".join(p for _, p in _hosts))
+    DATABASES["default"].setdefault("OPTIONS", {})["target_session_attrs"] = "read-write"
+if os.environ.get("DURABLE_TEST_DIRECT_URL"):
+    # DURABLE_TEST_DATABASE_URL goes through a transaction pooler (tests/harness/pooler.py): the
+    # listening sessions reach the same database directly.
+    DATABASES["direct"] = {**environ.Env.db_url_config(os.environ["DURABLE_TEST_DIRECT_URL"]),
+                           "NAME": DATABASES["default"]["NAME"], "TEST": {"MIRROR": "default"}}
+    DURABLE_LISTEN_DATABASE = "direct"
 
 DURABLE_LEASE_SECONDS = float(os.environ.get("DURABLE_LEASE_SECONDS", 30))
 DURABLE_HEARTBEAT_SECONDS = float(os.environ.get("DURABLE_HEARTBEAT_SECONDS", 10))

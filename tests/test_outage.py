@@ -8,9 +8,6 @@ tests/harness/outage.py.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import time
 import uuid
 from types import SimpleNamespace
@@ -21,7 +18,7 @@ import django_durable as durable
 from django_durable import workpool
 from django_durable.models import WorkItem
 from django_durable.worker.maintenance import Maintenance
-from tests.conftest import ROOT
+from tests import harness
 
 
 @pytest.mark.postgres
@@ -29,9 +26,7 @@ from tests.conftest import ROOT
 @pytest.mark.processes
 @pytest.mark.timeout(400)
 def test_an_outage_longer_than_the_lease_costs_no_delivery_no_storm_and_no_notification():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
-    done = subprocess.run([sys.executable, "-m", "tests.harness.outage"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=360)
+    done = harness.run("outage", timeout=360)
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "6 of 6 runs completed" in done.stdout, done.stdout
     assert "claims taken back as lost workers': 0" in done.stdout, done.stdout

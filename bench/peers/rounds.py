@@ -1,6 +1,6 @@
 """Interleaved rounds against the peers, on one PostgreSQL server (`make bench-peers`).
 
-    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--workloads w5,w2,w1,w3]
+    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--workloads w5,w5-fresh,w2,w1,w3]
         [--jobs 5000] [--latency-jobs 200] [--workflows 2000] [--fanout 500] [--processes 2] [--json FILE]
         [--no-analyze]
 
@@ -10,6 +10,8 @@ exists under bench/.venvs/ (made by scripts/bench-peers.sh): Procrastinate, djan
 DBOS; each round starts with the next system in that list. Every run gets a fresh database of
 its own, after a CHECKPOINT. The workloads:
 
+- W5-fresh: W5 with no ANALYZE before the drain, as a fresh install meets its tables (autovacuum
+  may analyze them during the drain, as it would there);
 - W5: N one-step jobs enqueued one at a time (each its own commit: the enqueue rate), then
   drained by P worker processes (jobs per second from the first job's start to the last one's
   end, by the database's clock), with the machine's busy CPU over the drain divided by N
@@ -79,7 +81,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workloads", default="w5,w2,w1,w3")
+    parser.add_argument("--workloads", default="w5,w5-fresh,w2,w1,w3")
     parser.add_argument("--jobs", type=int, default=5000, help="W5's jobs")
     parser.add_argument("--latency-jobs", type=int, default=200, help="W2's jobs")
     parser.add_argument("--workflows", type=int, default=2000, help="W1's ten-step workflows")
@@ -87,9 +89,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-analyze", action="store_true",
-                        help="drain without an ANALYZE first, as a fresh install meets its tables")
+                        help="every workload without an ANALYZE first (W5-fresh is W5 without it in any case)")
     args = parser.parse_args()
-    sizes = {"w5": args.jobs, "w2": args.latency_jobs, "w1": args.workflows, "w3": args.fanout}
+    sizes = {"w5": args.jobs, "w5-fresh": args.jobs, "w2": args.latency_jobs, "w1": args.workflows,
+             "w3": args.fanout}
     workloads = args.workloads.split(",")
     if unknown := set(workloads) - set(sizes):
         parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
@@ -105,8 +108,9 @@ def main() -> None:
         shift = (number - 1) % len(systems)
         for workload in workloads:
             for system in systems[shift:] + systems[:shift]:
-                if workload in system[5]:
-                    result = run_one(system, workload, base, sizes[workload], args.processes, args.no_analyze)
+                if workload.removesuffix("-fresh") in system[5]:
+                    result = run_one(system, workload.removesuffix("-fresh"), base, sizes[workload], args.processes,
+                                     args.no_analyze or workload.endswith("-fresh"))
                     figures[workload][system[0]] = result
                     shown = ", ".join(f"{k} {v:.1f}" for k, v in result.items() if isinstance(v, float))
                     print(f"round {number}: {workload}: {system[0]}: {shown}", file=sys.stderr, flush=True)
@@ -134,28 +138,29 @@ def _version(rounds, workload, name):
     return rounds[0][workload].get(name, {}).get("version", "")
 
 
-def w5_table(rounds, names, args) -> str:
-    lines = [f"W5: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
+def w5_table(rounds, names, args, key: str = "w5") -> str:
+    title = "W5" if key == "w5" else "W5 as a fresh install meets its tables (no ANALYZE before the drain)"
+    lines = [f"{title}: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", "| system | version | jobs drained/s | share of the ceiling (per round) | vs Procrastinate (per round) "
              "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
-        drained = _median(rounds, "w5", name, "drain_per_s")
-        share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, "w5", name, "drain_per_s", "ceiling")) \
+        drained = _median(rounds, key, name, "drain_per_s")
+        share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, key, name, "drain_per_s", "ceiling")) \
             if name != "ceiling" else "—"
-        versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, "w5", name, "drain_per_s", "procrastinate")) \
+        versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", "procrastinate")) \
             if "procrastinate" in names and name not in ("ceiling", "procrastinate") else "—"
-        enqueue, rss = _median(rounds, "w5", name, "enqueue_per_s"), _median(rounds, "w5", name, "worker_peak_rss_mb")
-        machine = _median(rounds, "w5", name, "machine_cpu_ms_per_job")
+        enqueue, rss = _median(rounds, key, name, "enqueue_per_s"), _median(rounds, key, name, "worker_peak_rss_mb")
+        machine = _median(rounds, key, name, "machine_cpu_ms_per_job")
         machine = f"{machine:.2f} ms" if machine else "—"
-        lines.append(f"| {name} | {_version(rounds, 'w5', name)} | {drained:.0f} | {share} | {versus} "
-                     f"| {_cpu(rounds, name)} ({machine}) "
+        lines.append(f"| {name} | {_version(rounds, key, name)} | {drained:.0f} | {share} | {versus} "
+                     f"| {_cpu(rounds, name, key)} ({machine}) "
                      f"| {f'{enqueue:.0f}' if enqueue else '—'} | {f'{rss:.0f} MB' if rss else '—'} |")
     return "\n".join(lines)
 
 
-def _cpu(rounds, name) -> str:
-    total = _median(rounds, "w5", name, "cpu_ms_per_job")
-    workers, database = (_median(rounds, "w5", name, f"{part}_cpu_ms_per_job") for part in ("workers", "database"))
+def _cpu(rounds, name, key: str = "w5") -> str:
+    total = _median(rounds, key, name, "cpu_ms_per_job")
+    workers, database = (_median(rounds, key, name, f"{part}_cpu_ms_per_job") for part in ("workers", "database"))
     if workers is None:
         return f"{total:.2f} ms"
     return f"{workers:.2f} + {database:.2f} = {total:.2f} ms"
@@ -197,7 +202,8 @@ def w3_table(rounds, names, args) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"w5": w5_table, "w2": w2_table, "w1": w1_table, "w3": w3_table}
+TABLES = {"w5": w5_table, "w5-fresh": lambda rounds, names, args: w5_table(rounds, names, args, "w5-fresh"),
+          "w2": w2_table, "w1": w1_table, "w3": w3_table}
 
 
 if __name__ == "__main__":

@@ -241,17 +241,20 @@ class _Listening:
 
     def __init__(self, db, pk):
         self.db, self.pk, self.payload = db, pk, str(pk)
+        # The session that listens: the durable database's, or DURABLE_LISTEN_DATABASE's where
+        # that one goes through a transaction pooler (the looks still go through the pooler).
+        self.listens_on = conf.get("LISTEN_DATABASE") or db
         self.marked = self.heard = False
 
     def __enter__(self):
-        connection = connections[self.db]
+        connection = connections[self.listens_on]
         with connection.cursor() as cursor:
             cursor.execute(f"LISTEN {queries.DONE_CHANNEL}")
         self.raw = connection.connection
         return self
 
     def __exit__(self, *exc_info):
-        connection = connections[self.db]
+        connection = connections[self.listens_on]
         if connection.connection is self.raw and not self.raw.closed:
             try:
                 with connection.cursor() as cursor:

@@ -45,7 +45,7 @@ class Waiter:
         try:
             import psycopg
 
-            params = connections[self.db].get_connection_params()
+            params = connections[conf.get("LISTEN_DATABASE") or self.db].get_connection_params()
             params.pop("cursor_factory", None)
             # A session that only listens sends nothing: without keepalives a host cut off from the
             # database (or a server restarted meanwhile) would leave it waiting on a dead socket.

@@ -11,6 +11,7 @@ sends them and names the rows they answer (rows.py).
 from __future__ import annotations
 
 import logging
+import secrets
 import weakref
 
 from django.db import DatabaseError, connections, transaction
@@ -65,6 +66,8 @@ def _cursor(db: str, sql: str):
 
     connection.ensure_connection()
     raw = connection.connection
+    if raw not in _named and not _unique_names(raw):
+        return connection.cursor(), sql
     if raw.prepare_threshold is None:
         raw.prepare_threshold = 2
     if raw not in _generic and partitioning.runs.layout(db) is not None and _idle(raw):
@@ -83,6 +86,29 @@ def _cursor(db: str, sql: str):
 
 # The connections set to force_generic_plan (the setting lasts as long as the session).
 _generic: weakref.WeakSet = weakref.WeakSet()
+
+# The connections whose prepared statements have names of their own (_unique_names).
+_named: weakref.WeakSet = weakref.WeakSet()
+
+
+def _unique_names(raw) -> bool:
+    """Give the prepared statements of `raw` names no other connection uses; False if psycopg
+    no longer lets us (then nothing is prepared on it).
+
+    psycopg names them _pg3_0, _pg3_1, … on every connection. Behind a transaction pooler that
+    cannot keep prepared statements (PgBouncer before 1.21), a client's statement may land on a
+    server session where another client prepared a different statement under the same name: an
+    error when their parameters differ in number, and otherwise the other statement executed
+    with this one's parameters. Starting each connection's count at a random 48-bit number
+    leaves only the error "does not exist", which execute() turns into sending unprepared.
+    """
+    manager = getattr(raw, "_prepared", None)
+    if not isinstance(getattr(manager, "_prepared_idx", None), int):
+        return False
+    if manager._prepared_idx == 0:  # nothing prepared on it yet
+        manager._prepared_idx = secrets.randbits(48)
+    _named.add(raw)
+    return True
 
 
 def _idle(raw) -> bool:

@@ -1,7 +1,39 @@
 """Programs the tests run, apart from the tests themselves: the chaos soak, PostgreSQL restarts,
-worker hosts in network namespaces, a project with the durable tables on a database of their own,
-the partition conversions, a wrong wall clock, and worker processes (workers.py).
+a database outage, a transaction pooler, a failover, worker hosts in network namespaces, a project
+with the durable tables on a database of their own, the partition conversions, the plans of the
+hot statements, a wrong wall clock, and worker processes (workers.py).
 
 Each of the first ones is a module run as ``python -m tests.harness.NAME`` (by a test, or by
 ``make chaos`` and ``make hosts``), in a process of its own.
 """
+
+
+def run(module: str, *args: str, timeout: float):
+    """Run ``python -m tests.harness.<module> ARGS`` in the checkout, without the test run's
+    DURABLE_* settings (each harness makes its own); the CompletedProcess, its output as text."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+    return subprocess.run([sys.executable, "-m", f"tests.harness.{module}", *args], cwd=Path(__file__).parents[2],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def stop(processes, logs=(), *, show: bool = False) -> None:
+    """SIGTERM `processes` (worker processes), wait for each (a minute, then SIGKILL); with
+    `show`, print the end of each log."""
+    import signal
+    import subprocess
+
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    for log in logs if show else ():
+        if log.exists():
+            print(log.read_text(errors="replace")[-5000:])

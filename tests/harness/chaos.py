@@ -56,6 +56,8 @@ def main(argv=None) -> int:
     parser.add_argument("--break", dest="breaks", default="", help=f"damage on purpose: {', '.join(BREAKS)}")
     parser.add_argument("--drain-timeout", type=float, default=300)
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
+    parser.add_argument("--pooler", action="store_true",
+                        help="every process through PgBouncer in transaction mode (listening directly)")
     options = parser.parse_args(argv)
     breaks = [b for b in options.breaks.split(",") if b]
     unknown = sorted(set(breaks) - set(BREAKS))
@@ -67,6 +69,8 @@ def main(argv=None) -> int:
     server = Postgres(workdir / "pg")
     try:
         server.start()
+        if options.pooler:
+            server.start_pooler()
         soak = Soak(options, breaks, seed, workdir, server)
         return soak.run()
     except SoakError as exc:
@@ -88,6 +92,15 @@ class Postgres:
     def __init__(self, directory: Path):
         self.directory = directory
         self.url = ""
+        self.pooler_url = ""  # PgBouncer in front of it, once start_pooler() ran
+
+    def start_pooler(self) -> None:
+        """PgBouncer in transaction mode in front of the server (scripts/pgbouncer.sh)."""
+        result = subprocess.run([str(ROOT / "scripts" / "pgbouncer.sh"), "start", str(self.directory.parent / "pooler"),
+                                 self.url], capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise SoakError(f"PgBouncer did not start: {result.stderr[-2000:]}")
+        self.pooler_url = result.stdout.strip().splitlines()[-1]
 
     def _owner(self, command):
         return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
@@ -125,6 +138,10 @@ class Postgres:
         return time.monotonic()
 
     def stop(self) -> None:
+        if self.pooler_url:
+            subprocess.run([str(ROOT / "scripts" / "pgbouncer.sh"), "stop", str(self.directory.parent / "pooler")],
+                           capture_output=True, timeout=120, check=False)
+            self.pooler_url = ""
         if self.url:
             subprocess.run([str(ROOT / "scripts" / "pg-server.sh"), "stop", str(self.directory)],
                            capture_output=True, timeout=120, check=False)
@@ -362,13 +379,16 @@ def environment(server: Postgres, workdir: Path, **extra) -> dict:
     """The environment of the soak's processes: the test settings on `server`, short leases."""
     env = dict(os.environ)
     env.update(
-        DJANGO_SETTINGS_MODULE="tests.settings", DURABLE_TEST_DATABASE_URL=server.url,
+        DJANGO_SETTINGS_MODULE="tests.settings", DURABLE_TEST_DATABASE_URL=server.pooler_url or server.url,
         DURABLE_TEST_DB_NAME="durable", DURABLE_LEASE_SECONDS=str(LEASE), DURABLE_HEARTBEAT_SECONDS="1",
         DURABLE_REAPER_INTERVAL="1", DURABLE_POLL_INTERVAL="0.2", DURABLE_MAX_DELIVERIES="10",
         DURABLE_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1", DURABLE_TEST_LEDGER=str(workdir / "test-ledger.txt"),
         **extra,
     )
     env.pop("DURABLE_FAULTS", None)
+    env.pop("DURABLE_TEST_DIRECT_URL", None)
+    if server.pooler_url:  # through the pooler; the listening sessions straight to the server
+        env["DURABLE_TEST_DIRECT_URL"] = server.url
     return env
 
 

@@ -26,13 +26,13 @@ Checks:
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tests.harness import stop
 from tests.harness.chaos import ROOT, Postgres, SoakError, environment, retrying, setup_django
 
 WORKERS = 2
@@ -137,16 +137,7 @@ def main() -> int:
         print(f"outage: could not run: {exc}", file=sys.stderr)
         return 2
     finally:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-        for log in logs:
-            if log.exists() and "-v" in sys.argv:
-                print(log.read_text(errors="replace")[-6000:])
+        stop(workers, logs, show="-v" in sys.argv)
         server.stop()
         subprocess.run(["rm", "-rf", str(workdir)], check=False)
 

@@ -443,6 +443,18 @@ def waiting_parent(ctx):
     return ctx.wait_for_signal("never")
 
 
+def mark_and_pause(run_id, step, value, seconds):
+    ledger.record(run_id, step)
+    time.sleep(seconds)
+    return value
+
+
+@durable.workflow("tests.ten_steps")
+def ten_steps(ctx, pause=0.02):
+    """Ten steps, each recorded in the ledger under its own key (tests/harness/failover.py): 45."""
+    return sum(ctx.step(f"s{i}", mark_and_pause, ctx.run_id, f"s{i}", i, pause) for i in range(10))
+
+
 @durable.workflow("tests.naps")
 def naps(ctx, n=6, seconds=0.5):
     """`n` steps that each sleep `seconds` (tests/harness/outage.py: a database outage mid-run)."""
