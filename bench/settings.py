@@ -54,6 +54,10 @@ DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 1.0))
 DURABLE_LISTEN_NOTIFY = os.environ.get("DURABLE_LISTEN_NOTIFY", "1") == "1"  # bench/producers.py
+if os.environ.get("DURABLE_BENCH_DIRECT_URL"):  # DATABASE_URL is a transaction pooler: listen around it
+    DATABASES["direct"] = {**environ.Env.db_url_config(os.environ["DURABLE_BENCH_DIRECT_URL"]),
+                           "TEST": {"MIRROR": "default"}}
+    DURABLE_LISTEN_DATABASE = "direct"
 # No nightly durable.prune: a benchmark measures its own prune, and the built-in one firing at
 # 03:17 UTC in the middle of a measurement deletes the history it measures (seen on 2026-11-25).
 DURABLE_PRUNE_SCHEDULE = None
