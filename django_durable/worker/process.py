@@ -218,7 +218,8 @@ class Worker:
             # database away, it is tried again as soon as the database answers (_hand_back): an
             # outage is not a lost worker, so it must not cost the run one of its deliveries.
             close_connection(self.db)
-            self._unreleased.append(claim)
+            if claim not in self._unreleased:  # (a hand-back of a lost claim may be what failed)
+                self._unreleased.append(claim)
             self._hand_back()
             raise
         except Exception:
