@@ -20,13 +20,8 @@ if [ -z "$bindir" ]; then
   if command -v initdb >/dev/null; then bindir=$(dirname "$(command -v initdb)"); fi
 fi
 
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
+# shellcheck source=scripts/postgres-user.sh
+. "$(dirname "$0")/postgres-user.sh"
 
 case "$cmd" in
 start)
@@ -42,7 +37,7 @@ start)
   fi
   mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then chown postgres: "$dir"; fi
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   as_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
   as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \

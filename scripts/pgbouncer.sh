@@ -15,13 +15,8 @@ set -euo pipefail
 cmd=${1:?usage: pgbouncer.sh start DIR DATABASE_URL | stop DIR}
 dir=${2:?usage: pgbouncer.sh start DIR DATABASE_URL | stop DIR}
 
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
+# shellcheck source=scripts/postgres-user.sh
+. "$(dirname "$0")/postgres-user.sh"
 
 case "$cmd" in
 start)
@@ -44,7 +39,7 @@ start)
   hostport=${rest#*@}; hostport=${hostport%%/*}
   host=${hostport%:*}; port=${hostport##*:}
   db=${rest##*/}; db=${db%%\?*}
-  listen=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  listen=$(free_port)
   mkdir -p "$dir"
   cat >"$dir/pgbouncer.ini" <<EOF
 [databases]

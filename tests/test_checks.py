@@ -102,3 +102,12 @@ def test_a_good_default_retry_policy_passes(settings):
     for value in (None, {"max_attempts": 5, "initial_backoff": 0.5}, durable.RetryPolicy(max_attempts=2)):
         settings.DURABLE_DEFAULT_RETRY = value
         assert [e for e in durable_checks.check_settings() if e.id == "django_durable.E006"] == []
+
+
+@pytest.mark.parametrize("alias", ["nowhere", "default"])
+def test_the_listening_database_must_be_a_postgresql_alias(settings, alias):
+    """DURABLE_LISTEN_DATABASE (the sessions that LISTEN around a transaction pooler)."""
+    settings.DURABLE_LISTEN_DATABASE = alias
+    engine = settings.DATABASES["default"]["ENGINE"]
+    refused = alias == "nowhere" or not engine.endswith("postgresql")
+    assert ("django_durable.E012" in ids(durable_checks.check_settings())) == refused

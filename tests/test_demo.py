@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,9 @@ import urllib.request
 import pytest
 
 from tests.conftest import ON_POSTGRES, ROOT
+from tests.harness import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(ON_POSTGRES, reason="the demo runs on SQLite")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_demo_runs_the_examples_and_stops_everything_on_ctrl_c(tmp_path):

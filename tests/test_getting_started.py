@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import urllib.parse
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ON_POSTGRES, ROOT, wait_for
+from tests.harness import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -55,18 +55,12 @@ def test_the_page_marks_the_commands_a_new_user_runs():
         assert f"<!-- file: docs/getting_started/{name} -->" in PAGE.read_text(), name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Project:
     """A new directory where the page's commands run, with what they started."""
 
     def __init__(self, path: Path, env: dict):
         self.path, self.env, self.background = path, env, []
-        self.port = _free_port()
+        self.port = free_port()
 
     def argv(self, command: str) -> tuple[list[str], dict, str | None]:
         """The command as a list, its extra environment, and the file its stdin comes from."""

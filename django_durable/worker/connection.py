@@ -59,7 +59,6 @@ class Outage:
 
     def __init__(self, first: float = 0.2, cap: float = 5.0):
         self.backoff = Backoff(first, cap)
-        self.cap = cap
         self.since: float | None = None  # time.monotonic() of the outage's first error
         self.retry_at = 0.0  # no try before this (time.monotonic())
         self.errors = 0

@@ -64,14 +64,15 @@ class Maintenance(threading.Thread):
                 if now < self.outage.retry_at:
                     continue  # the database was away a moment ago: back off, do not storm it
                 try:
-                    self._beat(claim, now)
+                    talked = self._beat(claim, now)  # whether this turn spoke to the database
                     if now >= next_report:
-                        next_report = now + self.presence.interval
+                        next_report, talked = now + self.presence.interval, True
                         self.presence.report(claim)
                     if now >= self.next_reap:
-                        self.next_reap = now + self.reaper_interval * random.uniform(0.8, 1.2)
+                        self.next_reap, talked = now + self.reaper_interval * random.uniform(0.8, 1.2), True
                         workpool.reap(db=worker.db)
                     if now >= self.next_timers:
+                        talked = True
                         self._fire_timers(now)
                 except DB_ERRORS as exc:
                     close_connection(worker.db)
@@ -80,11 +81,12 @@ class Maintenance(threading.Thread):
                     # them being lost: no reaping until each had the time to reconnect (within
                     # the back-off's cap; twice that is a margin) and renew, or hand its claim
                     # back, rather than see it taken back and counted as a delivery.
-                    self.next_reap = max(self.next_reap, now + 2 * self.outage.cap + self.heartbeat)
+                    self.next_reap = max(self.next_reap, now + 2 * self.outage.backoff.cap + self.heartbeat)
                 except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
                     logger.exception("Maintenance of worker %s failed; going on.", worker.name)
                 else:
-                    self.outage.ended(f"maintenance of {worker.name}")
+                    if talked:  # (a turn with nothing due says nothing of the database)
+                        self.outage.ended(f"maintenance of {worker.name}")
         finally:
             try:
                 self.presence.report(None, stopped=True)
@@ -92,23 +94,27 @@ class Maintenance(threading.Thread):
                 pass
             close_connection(worker.db)
 
-    def _beat(self, claim, now: float) -> None:
-        """Renew the lease of the claim in flight every heartbeat; between two, learn of a cancel."""
+    def _beat(self, claim, now: float) -> bool:
+        """Renew the lease of the claim in flight every heartbeat; between two, learn of a cancel.
+        Return whether it asked the database anything."""
         if claim is None:
             self.beats.clear()
             self.polls.clear()
-            return
+            return False
         last = self.beats.setdefault(claim.token, now)
         if now - last >= self.heartbeat:
             self.beats[claim.token] = self.polls[claim.token] = now
-            known = claim.lost or claim.ending
+            lost, known = claim.lost, claim.lost or claim.ending
             if not workpool.renew(claim) and not known:
                 # (A claim being ended is gone once its end commits: not lost; one the main thread
                 # gave up it hands back or reports itself.)
                 report_lost(claim, self.worker.name, "will record nothing of the step in progress")
-        elif not claim.cancel_requested and now - self.polls.setdefault(claim.token, now) >= self.cancel_poll:
+            return not lost  # (renew asks nothing of a claim known lost)
+        if not claim.cancel_requested and now - self.polls.setdefault(claim.token, now) >= self.cancel_poll:
             self.polls[claim.token] = now
             workpool.check_cancel(claim)
+            return True
+        return False
 
     def _fire_timers(self, now: float) -> None:
         """Fire the due timers and schedules; look again when the next is due, or a poll later."""

@@ -164,13 +164,23 @@ def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str
     """queries.START with `runs` as its rows and `notify` (a START_NOTIFY, or "") as its wake-up;
     (how many runs, the last one's created_at, updated_at)."""
     parts = postgres.run_parts()
-    if id_time_value is not None and parts["id_time_value"]:
-        parts = {**parts, "id_time_value": id_time_value}
     now = clock.now_sql("postgresql")
-    sql = queries.START.format(runs=runs.format(**parts), now=now,
-                               notify=notify.format(now=now) if conf.get("LISTEN_NOTIFY") else "",
-                               conflict="\n    ON CONFLICT DO NOTHING" if skip_existing else "", **parts)
+    key = (runs, notify if conf.get("LISTEN_NOTIFY") else "", parts["id_time_column"], id_time_value, skip_existing,
+           now)
+    sql = _start_sql.get(key)
+    if sql is None:  # assembled once per shape, not at every start
+        if id_time_value is not None and parts["id_time_value"]:
+            parts = {**parts, "id_time_value": id_time_value}
+        sql = queries.START.format(runs=runs.format(**parts), now=now, notify=key[1].format(now=now),
+                                   conflict="\n    ON CONFLICT DO NOTHING" if skip_existing else "", **parts)
+        if len(_start_sql) > 64:
+            _start_sql.clear()
+        _start_sql[key] = sql
     return postgres.execute(db, sql, params)[0][:3]
+
+
+# queries.START filled in, by its parts (runs._insert's key): the same few shapes at every start.
+_start_sql: dict = {}
 
 
 class NewRun(NamedTuple):

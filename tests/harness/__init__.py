@@ -37,3 +37,43 @@ def stop(processes, logs=(), *, show: bool = False) -> None:
     for log in logs if show else ():
         if log.exists():
             print(log.read_text(errors="replace")[-5000:])
+
+
+def wait_for(condition, seconds: float, what: str, interval: float = 0.1):
+    """Poll `condition` until it returns something truthy and return it; AssertionError naming
+    `what` after `seconds` (a harness runs outside pytest)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {seconds:g} s")
+        time.sleep(interval)
+
+
+def listeners(alias: str = "default") -> int:
+    """The sessions listening for the workers' notifications on the server `alias` reaches."""
+    from django.db import connections
+
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN durable_work'")
+        return cursor.fetchone()[0]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def verdict(failures: list[str]) -> int:
+    """Print each failed check; the harness's exit code (1 if any failed, else 0)."""
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return 1 if failures else 0

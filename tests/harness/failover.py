@@ -23,13 +23,13 @@ Checks, as the chaos soak does:
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +38,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness import free_port, listeners, wait_for
+from tests.harness.chaos import ROOT, retrying
 BIN = Path("/usr/lib/postgresql/15/bin")
 WORKERS = 2
 HEALTH = {"health_check_period": 1000, "health_check_timeout": 1000, "health_check_max_retries": 1,
@@ -47,12 +48,6 @@ HEALTH = {"health_check_period": 1000, "health_check_timeout": 1000, "health_che
 
 class Skip(Exception):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ensure_installed() -> None:
@@ -151,11 +146,11 @@ class Formation:
         return {name: str(state) for name, state in rows}
 
     def wait(self, condition, seconds: float, what: str) -> float:
-        deadline = time.monotonic() + seconds
-        while not condition():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: not within {seconds:g} s; states {self.states()}")
-            time.sleep(0.1)
+        """harness.wait_for, saying the nodes' states if it fails; time.monotonic() when it held."""
+        try:
+            wait_for(condition, seconds, what)
+        except AssertionError as exc:
+            raise RuntimeError(f"{exc}; states {self.states()}") from None
         return time.monotonic()
 
     def kill_node(self, name: str) -> None:
@@ -226,23 +221,7 @@ def main(argv=None) -> int:
                                         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True))
 
-        def retrying(call, seconds=120.0):
-            deadline = time.monotonic() + seconds
-            while True:
-                try:
-                    return call()
-                except Exception:  # noqa: BLE001 - the database failing over
-                    connections.close_all()
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-
-        def listening() -> int:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN durable_work'")
-                return cursor.fetchone()[0]
-
-        formation.wait(lambda: retrying(listening) >= WORKERS, 60, "the workers to listen")
+        formation.wait(lambda: retrying(listeners) >= WORKERS, 60, "the workers to listen")
         runs: dict[str, tuple[str, object]] = {}  # run id -> (kind, expected result)
         lock = threading.Lock()
         rng = random.Random(7)
@@ -300,8 +279,6 @@ def main(argv=None) -> int:
         connections.close_all()
         formation.kill_node("node1")
         killed = time.monotonic()
-        import datetime as dt
-
         killed_at_db = clock_read + dt.timedelta(seconds=killed - clock_read_at)  # one machine, one clock
         print(f"failover: node1 (the primary) killed with {before} runs started, {in_flight} of them unfinished",
               flush=True)
@@ -317,7 +294,7 @@ def main(argv=None) -> int:
         resumed = (first_step - killed_at_db).total_seconds()
         print(f"failover: the first step completed {resumed:.1f} s after the kill "
               f"({resumed - (promoted - killed):.1f} s after the promotion was seen)", flush=True)
-        back = formation.wait(lambda: retrying(listening) >= WORKERS, 120, "the workers to listen on the new primary")
+        back = formation.wait(lambda: retrying(listeners) >= WORKERS, 120, "the workers to listen on the new primary")
         print(f"failover: every worker listening on the new primary {back - promoted:.1f} s after the promotion",
               flush=True)
         formation.run("node1")  # the old primary comes back: it rejoins as the standby

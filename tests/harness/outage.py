@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness import stop
+from tests import harness
+from tests.harness import stop, verdict
 from tests.harness.chaos import ROOT, Postgres, SoakError, environment, retrying, setup_django
 
 WORKERS = 2
@@ -44,24 +45,9 @@ LISTEN_BACK = POLL / 2
 MAX_TRIES = 20  # failed tries logged per process over the outage (its two threads, backing off)
 
 
-def listeners() -> int:
-    """The sessions listening for the workers' notifications."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()")
-        return cursor.fetchone()[0]
-
-
 def wait_for(condition, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = retrying(condition)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {seconds:g} s")
-        time.sleep(0.1)
+    """harness.wait_for, each look retried while the server is away."""
+    return harness.wait_for(lambda: retrying(condition), seconds, what)
 
 
 def main() -> int:
@@ -84,7 +70,7 @@ def main() -> int:
                 workers.append(subprocess.Popen(
                     [sys.executable, str(ROOT / "manage.py"), "durable_worker", "-c", "1"], cwd=ROOT, env=env,
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-        wait_for(lambda: listeners() == WORKERS, 60, "every worker listening")
+        wait_for(lambda: harness.listeners() == WORKERS, 60, "every worker listening")
         runs = [durable.start("tests.naps", n=6, seconds=0.5).pk for _ in range(RUNS)]
         # Every worker in the middle of a run: a step of each of two runs recorded.
         wait_for(lambda: Step.objects.filter(status="completed").values("run").distinct().count() >= WORKERS, 60,
@@ -94,7 +80,7 @@ def main() -> int:
         up = server.down(OUTAGE)
         print(f"outage: the server stopped as by a crash for {up - stopped:.1f} s "
               f"(lease {LEASE:g} s, DURABLE_MAX_DELIVERIES=1), {WORKERS} workers in the middle of steps")
-        wait_for(lambda: listeners() == WORKERS, 90, "every worker listening again")
+        wait_for(lambda: harness.listeners() == WORKERS, 90, "every worker listening again")
         listen_back = time.monotonic() - up
         print(f"outage: every worker listening again {listen_back:.1f} s after the server answered "
               f"(bound {LISTEN_BACK:g} s; poll interval {POLL:g} s)")
@@ -130,9 +116,7 @@ def main() -> int:
             failures.append("a worker was left polling after the outage")
         if woken_in > POLL / 2:
             failures.append("an idle worker was not woken by the start's notification")
-        for failure in failures:
-            print(f"FAILED: {failure}")
-        return 1 if failures else 0
+        return verdict(failures)
     except SoakError as exc:
         print(f"outage: could not run: {exc}", file=sys.stderr)
         return 2
