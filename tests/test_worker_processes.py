@@ -548,3 +548,21 @@ def test_a_worker_of_another_machine_is_waited_out(start_worker):
     assert machine.gone(999999)  # on this machine no such process exists, yet the row is not of this machine
     assert maintenance.release_dead_neighbours("here:1", "default") == 0
     assert WorkItem.objects.get(pk=item.pk).claimed_by == "elsewhere:999999"
+
+
+@pytest.mark.parametrize("neighbour_first", [True, False], ids=["neighbour first", "supervisor first"])
+def test_the_supervisors_account_of_a_death_is_kept_whoever_saw_it_first(neighbour_first):
+    """A slow-starting sibling can find a killed worker's process gone before the supervisor has
+    read its exit status (seen on a busy CI machine): the row still ends with how it died."""
+    from django.utils import timezone
+
+    from django_durable import workpool
+
+    name, now = "box:4242", timezone.now()
+    Worker.objects.create(name=name, host="box", pid=4242, machine="m", started_at=now, last_seen=now)
+    accounts = [dict(why="died: its process 4242 was gone when box:4241 started on the same machine"),
+                dict(why="died: was killed by SIGKILL", witnessed=True)]
+    for account in accounts if neighbour_first else accounts[::-1]:
+        workpool.release_worker(name, db="default", **account)
+    row = Worker.objects.get(name=name)
+    assert row.stopped_at is not None and row.current == "died: was killed by SIGKILL"

@@ -211,7 +211,7 @@ def release_dead_neighbours(name: str, db: str) -> int:
     for other, pid in (Worker.objects.using(db).filter(machine=here, stopped_at__isnull=True)
                        .values_list("name", "pid")):
         if machine.gone(pid):  # this process has not reported itself yet: no row here is its own
-            claims = workpool.release_worker(other, why=f"died: its process {pid} was gone when {name} started "
+            claims = workpool.release_worker(other, why=f"{workpool.PROCESS_GONE} {pid} was gone when {name} started "
                                                         "on the same machine", db=db)
             if claims:
                 logger.warning("Took back %d claim(s) of worker %s: its process is gone (same machine).",

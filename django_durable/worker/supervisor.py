@@ -69,7 +69,7 @@ class Supervisor:
         leases run out, and show it stopped."""
         name = process_name(self.worker_options.get("name"), pid)
         try:
-            claims = workpool.release_worker(name, why=f"died: {_ended(code)}",
+            claims = workpool.release_worker(name, why=f"died: {_ended(code)}", witnessed=True,
                                              db=self.worker_options.get("db") or conf.get("DATABASE"))
         except DatabaseError as exc:
             logger.warning("Could not take back the claims of dead worker %s (%s); they return when their "

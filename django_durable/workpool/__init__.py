@@ -38,7 +38,7 @@ from .claims import (
     retry_run,
 )
 from .leases import lease_expiry, lease_seconds
-from .reaping import WorkerLost, reap, release_worker
+from .reaping import PROCESS_GONE, WorkerLost, reap, release_worker
 from .rows import RunState
 from .wakeups import (
     NOTIFY_CHANNEL,
@@ -53,7 +53,7 @@ from .wakeups import (
 )
 
 __all__ = [
-    "NOTIFY_CHANNEL", "TIMER_BATCH", "Claim", "ClaimRequest", "Outcome", "RunState", "StepRecord", "WorkerLost",
+    "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Outcome", "RunState", "StepRecord", "WorkerLost",
     "announce_end", "check_cancel", "claim", "defer_missing", "finish_branch", "finish_run", "fire_timers",
     "held_back", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",

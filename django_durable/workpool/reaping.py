@@ -11,6 +11,8 @@ import logging
 from typing import NamedTuple
 
 from django.db import connections, transaction
+from django.db.models import Q
+from django.db.models.functions import Coalesce
 
 from .. import clock, conf, faults, serialization
 from ..models import Step, WorkflowRun, WorkItem
@@ -20,6 +22,7 @@ from .wakeups import notify
 logger = logging.getLogger("django_durable.worker")
 
 Status = WorkItem.Status
+PROCESS_GONE = "died: its process"  # how a neighbour's account of a dead worker begins
 
 
 class Expired(NamedTuple):
@@ -61,22 +64,27 @@ def reap(*, db: str, batch: int = 100) -> int:
     return len(rows)
 
 
-def release_worker(name: str, *, why: str, db: str) -> int:
+def release_worker(name: str, *, why: str, db: str, witnessed: bool = False) -> int:
     """Take back at once the claims of a worker process known to be dead; return how many.
 
     The supervisor calls this when its child dies: instead of waiting out the leases, the
     claims are expired now and the reaper returns them to the queue (or fails them past
     DURABLE_MAX_DELIVERIES, as a lost lease would), fenced: the claim token changes, so the
-    dead process could write nothing even if it were not dead. Its row shows it stopped.
+    dead process could write nothing even if it were not dead. Its row shows it stopped, and
+    why. A neighbour that found the process gone (`release_dead_neighbours`) can only say so;
+    the supervisor, which read the exit status (`witnessed`), says how it died, even after.
     """
     from ..models import Worker
 
+    stopped = Q(stopped_at__isnull=True)
+    if witnessed:
+        stopped |= Q(current__startswith=PROCESS_GONE)
     with transaction.atomic(using=db):
         claims = WorkItem.objects.using(db).filter(status=Status.PROCESSING, claimed_by=name).update(
             claim_expires_at=None
         )
-        Worker.objects.using(db).filter(name=name[:200], stopped_at__isnull=True).update(
-            stopped_at=clock.db_now(), current=why[:300]
+        Worker.objects.using(db).filter(stopped, name=name[:200]).update(
+            stopped_at=Coalesce("stopped_at", clock.db_now()), current=why[:300]
         )
     if claims:
         reap(db=db, batch=max(claims, 100))  # another worker's reaper may take some first: as good
