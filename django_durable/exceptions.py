@@ -7,6 +7,13 @@ class DurableError(Exception):
     """Base class of every error raised by django-durable."""
 
 
+# What a step's, a branch's, a task's or a workflow's own code raises that is its failure: any
+# Exception, and SystemExit or KeyboardInterrupt (sys.exit(), exit(), a raise of its own). A worker
+# never raises these itself (its signal handlers only set flags), so they come from the code, and
+# fail the attempt they ended, recorded as what they are, instead of stopping the worker.
+CODE_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+
+
 class WorkflowNotFound(DurableError, LookupError):
     """A workflow name is not registered, or a run id does not exist."""
 

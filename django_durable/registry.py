@@ -44,6 +44,10 @@ class WorkflowDefinition:
     def qualified_name(self) -> str:
         return f"{self.fn.__module__}.{self.fn.__qualname__}"
 
+    def refused_result(self, exc: Exception) -> Exception:
+        """The error a run whose return value cannot be stored fails with (a task's differs)."""
+        return exc
+
     @cached_property
     def _signature(self) -> inspect.Signature | None:
         try:

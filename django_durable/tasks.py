@@ -21,13 +21,14 @@ make tasks idempotent, or make them steps of a workflow when a side effect must 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import inspect
 import uuid
 from dataclasses import dataclass
 
 from . import conf, registry, serialization, signals
-from .exceptions import Cancelled, DurableError, InvalidArguments
+from .exceptions import Cancelled, InvalidArguments, NotSerializable
 from .interrupts import CancelRequested
 from .models import WorkflowEvent, WorkflowRun
 from .retry import RetryPolicy
@@ -48,7 +49,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
-__all__ = ["DurableBackend", "DurableTask", "TaskExited"]
+__all__ = ["DurableBackend", "DurableTask"]
 
 Status = WorkflowRun.Status
 
@@ -60,10 +61,6 @@ STATUSES = {
     Status.RUNNING: TaskResultStatus.RUNNING,
     Status.COMPLETED: TaskResultStatus.SUCCESSFUL,
 }
-
-
-class TaskExited(DurableError):
-    """The task called sys.exit(); recorded as its failure instead of stopping the worker."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +94,14 @@ class TaskDefinition(registry.WorkflowDefinition):
         except TypeError as exc:
             raise InvalidArguments(f"Task {self.name!r} cannot be enqueued with these arguments: {exc}.") from None
 
+    def refused_result(self, exc: Exception) -> Exception:
+        """A return value that is not JSON fails the task with a TypeError, as django.tasks says."""
+        if not isinstance(exc, NotSerializable):
+            return exc
+        refused = TypeError(f"The task's return value is not JSON serializable: {exc}")
+        refused.__cause__ = exc
+        return refused
+
 
 class _Call:
     """The workflow function of a task: one call per attempt, under the attempt's timeout."""
@@ -110,7 +115,8 @@ class _Call:
         task, session = self.task, ctx._session
         backend = task.get_backend()
         claim = session.claim
-        workers = [attempt["worker"] for attempt in _attempts(ctx.run_id, ctx.attempt)] + [claim.worker]
+        earlier = _attempts(ctx.run_id, max(ctx.attempt, claim.attempts))  # a retry's, or a lost worker's
+        workers = [attempt["worker"] for attempt in earlier] + [claim.worker]
         running = TaskResult(
             task=task, id=str(ctx.run_id), status=TaskResultStatus.RUNNING, enqueued_at=None,
             started_at=claim.db_time, finished_at=None, last_attempted_at=claim.db_time, args=list(args),
@@ -131,8 +137,6 @@ class _Call:
             if claim.cancel_requested:
                 raise CancelRequested() from None  # the run ends cancelled
             raise
-        except SystemExit as exc:
-            raise TaskExited(f"The task called sys.exit({exc.code!r}).") from exc
 
 
 class DurableBackend(BaseTaskBackend):
@@ -149,6 +153,27 @@ class DurableBackend(BaseTaskBackend):
         if "QUEUES" not in params:
             # The queues a task may name, unless TASKS says: "default" and those of DURABLE_QUEUES.
             self.queues = {DEFAULT_TASK_QUEUE_NAME, *conf.get("QUEUES")}
+
+    # OPTIONS this backend reads: none yet. Others (django-tasks-db's id_function, a typo) are
+    # refused by check(), not ignored: a run's id is always a UUIDv7 (docs/guides/queues-and-tasks.md).
+    OPTIONS: frozenset[str] = frozenset()
+
+    def check(self, **kwargs):
+        from django.apps import apps
+        from django.core import checks
+
+        yield from super().check(**kwargs)
+        if not apps.is_installed("django_durable"):
+            yield checks.Error(
+                f"The task backend {self.alias!r} stores its tasks with django_durable, which is not installed.",
+                hint="Add 'django_durable' to INSTALLED_APPS.", obj=self, id="django_durable.E013",
+            )
+        if unknown := sorted(set(self.options) - self.OPTIONS):
+            yield checks.Error(
+                f"The task backend {self.alias!r} does not know the OPTIONS {', '.join(map(repr, unknown))}.",
+                hint="DurableBackend takes no OPTIONS: remove them (a task's id is always a UUIDv7, see "
+                     "docs/guides/queues-and-tasks.md).", obj=self, id="django_durable.E014",
+            )
 
     def validate_task(self, task) -> None:
         super().validate_task(task)
@@ -200,6 +225,9 @@ class DurableBackend(BaseTaskBackend):
         errors = [error for attempt in earlier if (error := _task_error(attempt["error"]))]
         if run.status not in STATUSES and (error := _task_error(run.get_error())):
             errors.append(error)
+        if (run.priority, run.queue, run.scheduled_at) != (task.priority, task.queue_name, task.run_after):
+            # As enqueued: what .using() changed (not validated again: it was at enqueue).
+            task = dataclasses.replace(task, priority=run.priority, queue_name=run.queue, run_after=run.scheduled_at)
         result = TaskResult(
             task=task, id=str(run.pk), status=STATUSES.get(run.status, TaskResultStatus.FAILED),
             enqueued_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
@@ -213,11 +241,13 @@ class DurableBackend(BaseTaskBackend):
 
 def _attempts(run_id, attempt: int | None) -> list[dict]:
     """The attempts before the current one, oldest first: their worker, error and end (the audit
-    trail). A worker starting attempt 1 skips the read (None: read anyway; an operator's retry
-    starts the count again at 1)."""
+    trail: an attempt that ended, or whose worker was lost). A worker starting its first attempt
+    and first delivery skips the read (None: read anyway; an operator's retry starts the count
+    again at 1)."""
     if attempt is not None and attempt <= 1:
         return []
-    ended = WorkflowEvent.objects.using(conf.get("DATABASE")).filter(run_id=run_id, type=WorkflowEvent.Type.ATTEMPT_ENDED)
+    ended = WorkflowEvent.objects.using(conf.get("DATABASE")).filter(
+        run_id=run_id, type__in=(WorkflowEvent.Type.ATTEMPT_ENDED, WorkflowEvent.Type.WORKER_LOST))
     return [{"worker": data.get("worker") or "", "error": data.get("error"), "at": at}
             for at, data in ended.order_by("at", "id").values_list("at", "data")]
 

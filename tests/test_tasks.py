@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
 from django_durable.models import Step, WorkflowRun
-from django_durable.tasks import DurableBackend, TaskExited
+from django_durable.tasks import DurableBackend
 from django_durable.testing import drain
 from tests.conftest import assert_settled
 from tests.testapp import ledger
@@ -106,7 +106,8 @@ async def _aenqueue():
 
 @pytest.mark.parametrize("task, exception, message", [
     (test_tasks.fails, ValueError, "This task failed due to ValueError"),
-    (test_tasks.exits, TaskExited, "The task called sys.exit('This task failed due to SystemExit')."),
+    (test_tasks.exits, SystemExit, "This task failed due to SystemExit"),
+    (test_tasks.interrupts, KeyboardInterrupt, "This task failed due to KeyboardInterrupt"),
 ])
 def test_a_failing_task_records_its_error_and_traceback(task, exception, message):
     result = task.enqueue()
@@ -128,7 +129,8 @@ def test_a_complex_exception_and_a_return_value_that_cannot_be_stored():
     assert raised.status == TaskResultStatus.FAILED and raised.errors[0].exception_class is ValueError
     assert "This task failed" in raised.errors[0].traceback
     assert returned.status == TaskResultStatus.FAILED
-    assert "function" in returned.errors[0].traceback  # not JSON: refused, named
+    assert returned.errors[0].exception_class is TypeError  # as django.tasks says; the value's type named
+    assert "is not JSON serializable" in returned.errors[0].traceback and "function" in returned.errors[0].traceback
 
 
 @pytest.mark.parametrize("result_id", [str(uuid.uuid4()), "not-a-uuid", ""])

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 
 from .. import conf, faults, serialization, signals, telemetry, workpool
-from ..exceptions import Cancelled, NonRetryableError, StepTimeout
+from ..exceptions import CODE_FAILURES, Cancelled, NonRetryableError, StepTimeout
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..retry import RetryPolicy
 from ..workpool import Outcome
@@ -101,7 +101,7 @@ def run_branch(claim: workpool.Claim, chain: Callable[[], workpool.ClaimRequest 
             faults.hit("after_step_return", claim.step_key)
         text = serialization.encode(value, what=f"result of branch {claim.step_key!r}",
                                     max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=claim.run_id)
-    except Exception as exc:
+    except CODE_FAILURES as exc:
         return _failed(claim, spec, policy, attempt, exc, started, chain, deadline)
     record = _record(claim, spec, "completed", text, _earlier(claim), attempt, started, deadline)
     if not _write(workpool.finish_branch, claim, record, failed=False, fail_fast=False, then=chain()):

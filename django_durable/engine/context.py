@@ -15,7 +15,7 @@ from django.db import transaction
 
 from .. import clock, conf, faults, serialization, telemetry
 from ..databases import writes_only_to
-from ..exceptions import ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
+from ..exceptions import CODE_FAILURES, ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
 from . import asyncs
@@ -127,7 +127,7 @@ class Context(Waits, Composition, Flow):
                     value = asyncs.settled(fn(*args, **kwargs), deadline, self._session.claim, key)
             except _StepRaised as raised:
                 exc = raised.__cause__
-            except Exception as exc_:
+            except CODE_FAILURES as exc_:
                 exc = exc_
             else:
                 if faults.active:
@@ -164,7 +164,7 @@ class Context(Waits, Composition, Flow):
                 if faults.active:
                     faults.hit("after_step_return", key)
                 text = self._encode(value, key)
-            except Exception as exc:
+            except CODE_FAILURES as exc:
                 raise _StepRaised from exc  # roll the step's writes back
             record = self._record(key, name, "completed", text, self._earlier_error(key), started, attempt, kind=kind,
                                   write="now")

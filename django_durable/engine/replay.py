@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 
 from .. import conf, faults, registry, retry, serialization, signals, telemetry, workpool
-from ..exceptions import NonDeterminismError, StepFailed, WorkflowNotFound, WorkflowTimeout
+from ..exceptions import CODE_FAILURES, NonDeterminismError, StepFailed, WorkflowNotFound, WorkflowTimeout
 from ..interrupts import (
     CancelRequested,
     CompensationFailed,
@@ -329,7 +329,7 @@ def _advance(claim, run, should_stop, chain) -> Outcome:
         return _finish(claim, run, RunStatus.CANCELLED, session=session)
     except CompensationFailed as failed:
         return _finish(claim, run, RunStatus.COMPENSATION_FAILED, error=_error_text(failed.failure), session=session)
-    except Exception as exc:
+    except CODE_FAILURES as exc:
         if run.attempt < run.max_attempts and _retried(exc, definition):
             return _retry_run(claim, run, session, exc, definition)
         if definition.compensate_on_failure:
@@ -339,7 +339,7 @@ def _advance(claim, run, should_stop, chain) -> Outcome:
         result = serialization.encode(value, what="workflow result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"),
                                       owner=claim.run_id)
     except (TypeError, ValueError) as exc:
-        return _finish(claim, run, RunStatus.FAILED, error=_error_text(exc), session=session)
+        return _finish(claim, run, RunStatus.FAILED, error=_error_text(definition.refused_result(exc)), session=session)
     return _finish(claim, run, RunStatus.COMPLETED, result=result, session=session)
 
 
@@ -348,7 +348,7 @@ def _call(definition, context: Context, args, kwargs):
     waited, raised or returned) is raised again: the run is blocked whatever the code did next."""
     try:
         value = asyncs.call_workflow(definition.fn, context, args, kwargs)
-    except (Suspend, Exception):
+    except (Suspend, *CODE_FAILURES):
         if context.diverged is not None:
             raise context.diverged from None
         raise

@@ -168,6 +168,7 @@ class WorkflowEvent(models.Model):
         WOKEN = "woken", "Timer fired early"
         CLAIM_RELEASED = "claim_released", "Claim released"
         ATTEMPT_ENDED = "attempt_ended", "Attempt ended"
+        WORKER_LOST = "worker_lost", "Worker lost; delivered again"
         RECOVERED = "recovered", "Advance given back"
         BLOCKED = "blocked", "Blocked: the code changed"
         APPROVED = "approved", "Approved"

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 
 from .. import clock, conf, faults, serialization
-from ..models import Step, WorkflowRun, WorkItem
+from ..models import Step, WorkflowEvent, WorkflowRun, WorkItem
 from . import endings, locking
 from .wakeups import notify
 
@@ -53,6 +53,15 @@ def reap(*, db: str, batch: int = 100) -> int:
                 last_error="Its worker was lost (it died, or its lease ran out) before it finished; delivered again.",
             )
             WorkflowRun.objects.using(db).filter(id__in=[row.run_id for row in again]).back_to_pending()
+            # The trail keeps who had it (a task's worker_ids and attempts count the lost one).
+            WorkflowEvent.objects.using(db).bulk_create([
+                WorkflowEvent(run_id=row.run_id, type=WorkflowEvent.Type.WORKER_LOST,
+                              message=f"Worker {row.claimed_by or '?'} was lost; delivery {row.attempts + 1} of "
+                                      f"{max_deliveries} follows.",
+                              data={"worker": row.claimed_by, "delivery": row.attempts,
+                                    **({"step": row.step_key} if row.step_key else {})})
+                for row in again if row.run_id is not None
+            ])
             notify(db)
     for row in again:
         logger.warning("Run %s%s: delivery %d of %d after worker %s was lost.", row.run_id,

@@ -33,7 +33,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
 
     A run with a given `run_id` that exists already is returned as it is: a child's id is
     derived from its parent, so starting it again changes nothing. A run with `run_at` waits
-    for a timer to start it. `subject` (a saved model instance) is what the run is about.
+    for a timer to start it; one whose `run_at` has passed is ready at once, in its place among
+    the ready runs of its priority (ordered by when each became ready: its `run_at`). `subject` (a saved model instance) is what the run is about.
     """
     args, kwargs = definition.validated(args, kwargs)
     pk = run_id if run_id is not None else uuid7()
@@ -48,6 +49,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     concurrency_key = _check_concurrency_key(concurrency_key)
     db = conf.get("DATABASE")
     refuse_other_transaction(db, f"A run of {definition.name!r} was started")
+    due = run_at is not None and run_at <= clock.now()
     run = WorkflowRun(
         id=pk,
         workflow=definition.name,
@@ -60,7 +62,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         parent_id=parent_id,
         detached=detached,
         scheduled_at=run_at,
-        waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None else "",
+        waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None and not due else "",
         **_subject_fields(definition, subject),
     )
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
@@ -101,9 +103,9 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                     existing.created_now = False  # the first start's run (the API answers 200, not 201)
                     return existing
             run = existing
-        # A delayed run's item stays idle until its timer wakes it.
-        advance_item(run, ready=run_at is None).save(using=db, force_insert=True)
-        if run_at is not None:
+        # A delayed run's item stays idle until its timer wakes it (fire_timers: ready as of run_at).
+        advance_item(run, ready=run_at is None or due, available_at=run_at).save(using=db, force_insert=True)
+        if run_at is not None and not due:
             Timer.objects.using(db).create(kind=Timer.Kind.DELAYED_START, run=run, fire_at=run_at)
         if definition.timeout is not None:
             set_deadline(run, definition.timeout, db, run_at)
@@ -111,11 +113,12 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     return run
 
 
-def advance_item(run, *, ready: bool = True) -> WorkItem:
-    """The work item that advances `run` (a WorkflowRun or a NewRun), unsaved: ready now, or idle
-    (``completed``) until a wakeup makes it ready. A run has exactly one, for its whole life."""
+def advance_item(run, *, ready: bool = True, available_at=None) -> WorkItem:
+    """The work item that advances `run` (a WorkflowRun or a NewRun), unsaved: ready now (or as
+    of `available_at`), or idle (``completed``) until a wakeup makes it ready. A run has exactly
+    one, for its whole life."""
     return WorkItem(kind=WorkItem.Kind.ADVANCE, run_id=run.id, queue=run.queue, priority=run.priority,
-                    concurrency_key=run.concurrency_key or "", available_at=clock.db_now(),
+                    concurrency_key=run.concurrency_key or "", available_at=available_at or clock.db_now(),
                     status=WorkItem.Status.PENDING if ready else WorkItem.Status.COMPLETED)
 
 

@@ -7,7 +7,7 @@ everything correct, notifications only make it prompt.
 from __future__ import annotations
 
 from django.db import connections, transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from .. import clock, conf
 from .. import queues as durable_queues
@@ -57,12 +57,22 @@ def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
         due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
         if connections[db].vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, no_key=True)
-        timers = list(due.order_by("fire_at").values("id", "run_id")[:batch])
+        timers = list(due.order_by("fire_at").values("id", "run_id", "kind")[:batch])
         if not timers:
             return 0
-        Timer.objects.using(db).filter(id__in=[t["id"] for t in timers], status=Timer.Status.PENDING).update(
+        ids = [t["id"] for t in timers]
+        Timer.objects.using(db).filter(id__in=ids, status=Timer.Status.PENDING).update(
             status=Timer.Status.FIRED, fired_at=clock.db_now()
         )
+        if starts := [t["run_id"] for t in timers if t["kind"] == Timer.Kind.DELAYED_START]:
+            # A delayed start takes its place among the ready runs as of its run_at, not of now.
+            WorkItem.objects.using(db).filter(run_id__in=starts, kind=WorkItem.Kind.ADVANCE,
+                                              status=WorkItem.Status.COMPLETED).update(
+                status=WorkItem.Status.PENDING,
+                available_at=Subquery(Timer.objects.using(db).filter(
+                                          id__in=ids, run_id=OuterRef("run_id"), kind=Timer.Kind.DELAYED_START)
+                                      .values("fire_at")[:1]),
+            )
         wake([t["run_id"] for t in timers if t["run_id"] is not None], db=db)
     return len(timers)
 

@@ -110,3 +110,34 @@ def on_named_backend(x):
 def not_durable(x):
     """On another backend (Django's immediate one): durable workers never see it."""
     return x * 3
+
+
+# The conformance suite's tasks (tests/test_task_backend_contract.py).
+
+@task()
+def interrupts():
+    raise KeyboardInterrupt("This task failed due to KeyboardInterrupt")
+
+
+@task()
+def calls_exit():
+    exit(1)
+
+
+@task()
+def sleeps_then_records(seconds, key):
+    ledger.record(key, "started")
+    time.sleep(seconds)
+    ledger.record(key, "finished")
+    return key
+
+
+@task(takes_context=True)
+def checks_context(context: TaskContext, attempt):
+    assert isinstance(context, TaskContext)
+    assert context.attempt == attempt
+
+
+@task()
+async def noop_async(*args, **kwargs):
+    return None
