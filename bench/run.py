@@ -54,30 +54,42 @@ def truncate() -> None:
 # -- the ceiling: a raw SKIP LOCKED queue in plain psycopg ---------------------------------------
 
 
-def _raw_worker(url, barrier, results):
+# The fastest one-row loop there is: one statement a row, in autocommit (one round trip).
+ONE_STATEMENT = ("UPDATE bench_raw SET status = 'done' WHERE id = (SELECT id FROM bench_raw WHERE status = 'pending' "
+                 "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id")
+
+
+def _raw_worker(url, barrier, results, loop):
     import psycopg
 
     # Through a transaction pooler (DURABLE_BENCH_POOLED=1) statements go unprepared, as the
     # pooler cannot keep them between transactions.
     pooled = os.environ.get("DURABLE_BENCH_POOLED") == "1"
-    with psycopg.connect(url, **({"prepare_threshold": None} if pooled else {})) as conn:
+    with psycopg.connect(url, autocommit=loop == "one-statement",
+                         **({"prepare_threshold": None} if pooled else {})) as conn:
         barrier.wait()
         done, started = 0, time.perf_counter()
         while True:
-            with conn.transaction():
-                row = conn.execute(
-                    "SELECT id FROM bench_raw WHERE status = 'pending' ORDER BY id "
-                    "LIMIT 1 FOR UPDATE SKIP LOCKED"
-                ).fetchone()
-                if row is None:
+            if loop == "one-statement":
+                if conn.execute(ONE_STATEMENT).fetchone() is None:
                     break
-                conn.execute("UPDATE bench_raw SET status = 'done' WHERE id = %s", row)
+            else:  # four round trips a row: BEGIN, SELECT ... FOR UPDATE SKIP LOCKED, UPDATE, COMMIT
+                with conn.transaction():
+                    row = conn.execute(
+                        "SELECT id FROM bench_raw WHERE status = 'pending' ORDER BY id "
+                        "LIMIT 1 FOR UPDATE SKIP LOCKED"
+                    ).fetchone()
+                    if row is None:
+                        break
+                    conn.execute("UPDATE bench_raw SET status = 'done' WHERE id = %s", row)
             done += 1
         results.put((done, time.perf_counter() - started))
 
 
-def raw_ceiling(rows: int, processes: int) -> float:
-    """Rows per second that `processes` plain psycopg loops claim and complete."""
+def raw_ceiling(rows: int, processes: int, loop: str = "one-statement") -> float:
+    """Rows per second that `processes` plain psycopg loops claim and complete: one statement a row
+    in autocommit (`loop="one-statement"`, the ceiling), or a transaction of a SELECT ... FOR
+    UPDATE SKIP LOCKED and an UPDATE ("four-trips", the loop of earlier measurements)."""
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_raw")
         cursor.execute("CREATE TABLE bench_raw (id bigserial PRIMARY KEY, status text NOT NULL, payload text)")
@@ -89,7 +101,8 @@ def raw_ceiling(rows: int, processes: int) -> float:
     connections.close_all()
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_raw_worker, args=(psycopg_url(), barrier, results)) for _ in range(processes)]
+    workers = [context.Process(target=_raw_worker, args=(psycopg_url(), barrier, results, loop))
+               for _ in range(processes)]
     for worker in workers:
         worker.start()
     outcomes = [results.get(timeout=600) for _ in workers]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-peers: install each peer into a virtual environment of its own under bench/.venvs/
-# (Procrastinate, django-tasks-db on Django 6, DBOS; Python 3.12 or later), then run interleaved
+# (django-ox and django-tasks-db on Django 6, PGQueuer, Procrastinate, DBOS; Python 3.12 or later), then run interleaved
 # rounds on a throwaway PostgreSQL (bench/peers/rounds.py, through scripts/run-bench.sh).
 # DURABLE_BENCH_DATABASE_URL: use that server instead. Extra arguments go to rounds.py.
 set -uo pipefail
@@ -15,6 +15,8 @@ peer() {  # peer NAME PACKAGE...
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" || { echo "could not install $*" >&2; return 1; }
 }
+peer ox "django>=6,<6.2" "django-ox==1.9.*" "psycopg[binary]>=3.2" || exit 1
+peer pgqueuer "pgqueuer==1.6.*" "psycopg[binary]>=3.2" "psycopg-pool>=3.2" "asyncpg>=0.30" || exit 1
 peer procrastinate "procrastinate==3.10.*" "psycopg[binary]>=3.2" || exit 1
 peer tasks-db "django>=6,<6.2" "django-tasks-db==0.13.*" "psycopg[binary]>=3.2" || exit 1
 peer dbos "dbos==3.4.*" "psycopg[binary]>=3.2" || exit 1

@@ -71,8 +71,8 @@ def postmaster(url: str) -> int:
 
     with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as connection:
         (backend,) = connection.execute("SELECT pg_backend_pid()").fetchone()
-    with open(f"/proc/{backend}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{backend}/stat") as stat:  # while the backend lives: it exits with the connection
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
 def run_workers(commands: list[list[str]], env: dict | None = None, timeout: float = 900, url: str = "") -> dict:

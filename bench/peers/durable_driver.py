@@ -3,9 +3,12 @@
     DATABASE_URL=URL .venv/bin/python bench/peers/durable_driver.py [--workload w5|w2|w1|w3] [--ceiling]
 
 W5: N one-step django.tasks tasks (DurableBackend) enqueued one at a time, then drained by P worker
-processes (`durable_worker --burst -c P`). W2: one task at a time on an idle worker. W1: N ten-step
+processes (`durable_worker --burst -c P`); with --workflows, N one-step workflows (a journal entry
+each) instead. W2: one task at a time on an idle worker. W1: N ten-step
 workflows drained by P processes. W3: one workflow mapping a step over N items, P processes.
-The ceiling is bench/run.py's plain psycopg loop over N rows.
+The ceiling is bench/run.py's plain psycopg loop over N rows: one UPDATE ... WHERE id = (SELECT ...
+FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING a row in autocommit, or with --loop four-trips the
+transaction of a SELECT and an UPDATE that earlier figures were measured against.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ from django.db import connection, connections  # noqa: E402
 VERSION = version("django-durable-workflows")
 
 
-def w5(jobs: int, processes: int) -> None:
+def w5(jobs: int, processes: int, workflows: bool = False) -> None:
+    import django_durable as durable
     from bench.benchapp.tasks import one_step
 
     harness.truncate()
-    enqueue_per_s = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
+    enqueue = (lambda n: durable.start("bench.one_step")) if workflows else (lambda n: one_step.enqueue(n))
+    enqueue_per_s = timed_enqueue(enqueue, jobs)
     connections.close_all()
     analyze(os.environ["DATABASE_URL"])
     drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
@@ -44,8 +49,9 @@ def w5(jobs: int, processes: int) -> None:
         done, *window = cursor.fetchone()
         cursor.execute("SELECT count(*) FROM durable_step")
         (journal,) = cursor.fetchone()
-    assert journal == 0, f"{journal} journal entries: a task should write none"
-    report_w5("django-durable", VERSION, jobs, done, window, enqueue_per_s, drained)
+    assert journal == (jobs if workflows else 0), f"{journal} journal entries for {jobs} runs"
+    report_w5("django-durable-workflows" if workflows else "django-durable", VERSION, jobs, done, window,
+              enqueue_per_s, drained)
 
 
 def w2(jobs: int) -> None:
@@ -76,14 +82,16 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     if "--ceiling" in sys.argv:
         # Over the whole loop, with the table's creation: a little more than its drain alone.
+        loop = argument("loop", "one-statement")
         roots = [postmaster(os.environ["DATABASE_URL"]), os.getpid()]
         machine, own = busy_seconds(), system_cpu(roots)
-        rate = harness.raw_ceiling(jobs, processes)
-        report({"system": "ceiling", "jobs": jobs, "drain_per_s": rate,
+        rate = harness.raw_ceiling(jobs, processes, loop)
+        report({"system": "ceiling" if loop == "one-statement" else f"ceiling ({loop})", "jobs": jobs,
+                "drain_per_s": rate,
                 "cpu_ms_per_job": 1000 * (system_cpu(roots) - own) / jobs,
                 "machine_cpu_ms_per_job": 1000 * (busy_seconds() - machine) / jobs})
     elif workload == "w5":
-        w5(jobs, processes)
+        w5(jobs, processes, workflows="--workflows" in sys.argv)
     elif workload == "w2":
         w2(jobs)
     elif workload == "w1":

@@ -5,9 +5,11 @@
         [--no-analyze]
 
 Each round runs every workload on every system that has it, one after the other on the same
-server: the raw SKIP LOCKED ceiling, django-durable, and each peer whose virtual environment
-exists under bench/.venvs/ (made by scripts/bench-peers.sh): Procrastinate, django-tasks-db,
-DBOS; each round starts with the next system in that list. Every run gets a fresh database of
+server: the raw SKIP LOCKED ceiling (one statement a row in autocommit, and beside it the
+four-round-trip loop earlier figures used), django-durable (tasks, and one-step workflows in W5),
+and each peer whose virtual environment exists under bench/.venvs/ (made by
+scripts/bench-peers.sh): django-ox, PGQueuer (psycopg's driver, and asyncpg's), Procrastinate,
+django-tasks-db, DBOS; each round starts with the next system in that list. Every run gets a fresh database of
 its own, after a CHECKPOINT. The workloads:
 
 - W5-fresh: W5 with no ANALYZE before the drain, as a fresh install meets its tables (autovacuum
@@ -41,7 +43,14 @@ VENVS = HERE.parent / ".venvs"
 
 SYSTEMS = [  # (name, python, driver, extra arguments, URL style, workloads)
     ("ceiling", ROOT / ".venv/bin/python", "durable_driver.py", ["--ceiling"], "postgres", {"w5"}),
+    ("ceiling (four-trips)", ROOT / ".venv/bin/python", "durable_driver.py", ["--ceiling", "--loop", "four-trips"],
+     "postgres", {"w5"}),
     ("django-durable", ROOT / ".venv/bin/python", "durable_driver.py", [], "postgres", {"w5", "w2", "w1", "w3"}),
+    ("django-durable-workflows", ROOT / ".venv/bin/python", "durable_driver.py", ["--workflows"], "postgres", {"w5"}),
+    ("django-ox", VENVS / "ox/bin/python", "ox_driver.py", [], "postgresql", {"w5", "w2"}),
+    ("pgqueuer", VENVS / "pgqueuer/bin/python", "pgqueuer_driver.py", [], "postgresql", {"w5", "w2"}),
+    ("pgqueuer-asyncpg", VENVS / "pgqueuer/bin/python", "pgqueuer_driver.py", ["--driver", "asyncpg"], "postgresql",
+     {"w5", "w2"}),
     ("procrastinate", VENVS / "procrastinate/bin/python", "procrastinate_driver.py", [], "postgresql", {"w5", "w2"}),
     ("django-tasks-db", VENVS / "tasks-db/bin/python", "tasksdb_driver.py", [], "postgresql", {"w5", "w2"}),
     ("dbos", VENVS / "dbos/bin/python", "dbos_driver.py", [], "postgresql", {"w5", "w2", "w1", "w3"}),
@@ -64,7 +73,7 @@ def fresh_database(base: str, name: str) -> str:
 
 def run_one(system, workload: str, base: str, size: int, processes: int, no_analyze: bool = False) -> dict:
     name, python, driver, extra, scheme, _ = system
-    url = fresh_database(base, f"peers_{name.replace('-', '_')}")
+    url = fresh_database(base, "peers_" + "".join(c if c.isalnum() else "_" for c in name))
     if scheme == "postgresql":
         url = url.replace("postgres://", "postgresql://", 1)
     env = {"DATABASE_URL": url, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
@@ -139,16 +148,17 @@ def _version(rounds, workload, name):
 
 
 def w5_table(rounds, names, args, key: str = "w5") -> str:
+    rival = "django-ox" if "django-ox" in names else "procrastinate"  # the closest competitor present
     title = "W5" if key == "w5" else "W5 as a fresh install meets its tables (no ANALYZE before the drain)"
     lines = [f"{title}: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
-             "", "| system | version | jobs drained/s | share of the ceiling (per round) | vs Procrastinate (per round) "
+             "", f"| system | version | jobs drained/s | share of the ceiling (per round) | vs {rival} (per round) "
              "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
         drained = _median(rounds, key, name, "drain_per_s")
-        share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, key, name, "drain_per_s", "ceiling")) \
+        share = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", "ceiling")) \
             if name != "ceiling" else "—"
-        versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", "procrastinate")) \
-            if "procrastinate" in names and name not in ("ceiling", "procrastinate") else "—"
+        versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", rival)) \
+            if rival in names and name not in ("ceiling", rival) else "—"
         enqueue, rss = _median(rounds, key, name, "enqueue_per_s"), _median(rounds, key, name, "worker_peak_rss_mb")
         machine = _median(rounds, key, name, "machine_cpu_ms_per_job")
         machine = f"{machine:.2f} ms" if machine else "—"

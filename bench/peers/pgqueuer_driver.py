@@ -1,0 +1,141 @@
+"""PGQueuer's side of `make bench-peers` (W5 and W2; it has no workflows for W1 and W3).
+
+    bench/.venvs/pgqueuer/bin/python bench/peers/pgqueuer_driver.py --url URL [--workload w5|w2] --jobs N --processes P
+
+PGQueuer is asyncio and claims and finishes jobs in batches (its completions are buffered and
+written together), with the psycopg driver (or, --driver asyncpg, asyncpg's). W5: N one-step jobs enqueued one at a time (each
+its own commit), then drained by P `pgq run --mode drain` processes with its default batch size
+(10). W2: one job at a time on an idle `pgq run` (it listens for new jobs). Times are its log
+table's, written by PostgreSQL's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from importlib.metadata import version
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from common import analyze, argument, latency_w2, report_w5, run_workers, serving, timed_enqueue  # noqa: E402
+
+URL = (os.environ.get("PGQUEUER_URL") or argument("url", "")).replace("postgres://", "postgresql://", 1)
+# The driver its workers use: psycopg (the default here), or asyncpg (--driver asyncpg; its
+# documentation's examples use it). Enqueueing is psycopg's in both.
+DRIVER = os.environ.get("PGQUEUER_DRIVER") or argument("driver", "psycopg")
+ENV = {"PGQUEUER_URL": URL, "PGQUEUER_DRIVER": DRIVER, "PYTHONPATH": os.path.dirname(__file__)}
+NAME = "pgqueuer" if DRIVER == "psycopg" else f"pgqueuer-{DRIVER}"
+# What `pgq run pgqueuer_driver:factory` does, less its log set-up (which fails with the typer that
+# pip installs beside it: "'str' object has no attribute 'name'").
+CLI = [sys.executable, __file__, "worker"]
+
+
+@contextlib.asynccontextmanager
+async def factory():
+    """The consumer `pgq run` starts: one entrypoint that returns at once."""
+    from pgqueuer import PgQueuer
+
+    if DRIVER == "asyncpg":
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+
+        connection = await asyncpg.connect(URL)
+        pgq = PgQueuer(AsyncpgDriver(connection))
+    else:
+        import psycopg
+        from pgqueuer.db import PsycopgDriver
+
+        connection = await psycopg.AsyncConnection.connect(URL, autocommit=True)
+        pgq = PgQueuer(PsycopgDriver(connection))
+
+    @pgq.entrypoint("one_step")
+    async def one_step(job) -> None:
+        return None
+
+    try:
+        yield pgq
+    finally:
+        await connection.close()
+
+
+def _install() -> None:
+    import psycopg
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    async def install():
+        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as connection:
+            installed = await (await connection.execute("SELECT to_regclass('pgqueuer') IS NOT NULL")).fetchone()
+            if not installed[0]:
+                await Queries(PsycopgDriver(connection)).install()
+
+    asyncio.run(install())
+
+
+def _enqueuer(connection):
+    from pgqueuer.db import SyncPsycopgDriver
+    from pgqueuer.queries import SyncQueries
+
+    queries = SyncQueries(SyncPsycopgDriver(connection))
+    return lambda n: queries.enqueue("one_step", str(n).encode())[0]
+
+
+def w5(jobs: int, processes: int) -> None:
+    import psycopg
+
+    with psycopg.connect(URL, autocommit=True) as connection:
+        enqueue_per_s = timed_enqueue(_enqueuer(connection), jobs)
+    analyze(URL)
+    drained = run_workers([[*CLI, "--drain"]] * processes, env=ENV, url=URL)
+    with psycopg.connect(URL) as connection:
+        (done,) = connection.execute("SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'").fetchone()
+        window = connection.execute(
+            "SELECT EXTRACT(EPOCH FROM min(created) FILTER (WHERE status = 'picked')), "
+            "EXTRACT(EPOCH FROM max(created) FILTER (WHERE status = 'successful')) FROM pgqueuer_log").fetchone()
+    report_w5(NAME, version("pgqueuer"), jobs, done, window, enqueue_per_s, drained)
+
+
+def w2(jobs: int) -> None:
+    import psycopg
+
+    with psycopg.connect(URL, autocommit=True) as connection, serving([CLI], env=ENV):
+        enqueue = _enqueuer(connection)
+
+        def finished(job_id) -> bool:
+            row = connection.execute("SELECT 1 FROM pgqueuer_log WHERE job_id = %s AND status IN "
+                                     "('successful', 'exception')", [job_id]).fetchone()
+            return row is not None
+
+        def server_seconds():
+            return [row[0] for row in connection.execute(
+                "SELECT EXTRACT(EPOCH FROM max(created) FILTER (WHERE status = 'successful') "
+                "- min(created) FILTER (WHERE status = 'queued')) FROM pgqueuer_log GROUP BY job_id ORDER BY job_id")]
+
+        latency_w2(NAME, version("pgqueuer"), jobs, enqueue, finished, server_seconds)
+
+
+def worker(drain: bool) -> None:
+    """`pgq run` with its defaults (batch size 10); --drain: `--mode drain`, exit once the queue is empty."""
+    from datetime import timedelta
+
+    from pgqueuer import types
+    from pgqueuer.adapters.cli import supervisor
+
+    mode = types.QueueExecutionMode.drain if drain else types.QueueExecutionMode.continuous
+    asyncio.run(supervisor.run(factory, mode=mode, dequeue_timeout=timedelta(seconds=0.1 if drain else 30)))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["worker"]:
+        worker("--drain" in sys.argv)
+        return
+    workload = argument("workload", "w5")
+    jobs, processes = int(argument("jobs", 5000)), int(argument("processes", 2))
+    _install()
+    {"w5": lambda: w5(jobs, processes), "w2": lambda: w2(jobs)}[workload]()
+
+
+if __name__ == "__main__":
+    main()
