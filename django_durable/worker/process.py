@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 
 from .. import conf, partitioning, schedules, serialization, workpool
 from ..checks import check_sqlite_journal
@@ -27,6 +28,10 @@ logger = logging.getLogger("django_durable.worker")
 
 # The exit code of a worker process that asks its supervisor for a replacement.
 EXIT_REPLACE = 75
+
+# An item that took longer than this to run ends the worker's batches (claiming ahead pays only
+# for quick items, and an item held while a slow one runs waits out part of its lease).
+QUICK_SECONDS = 0.02
 
 
 def process_name(base: str | None, pid: int) -> str:
@@ -56,6 +61,14 @@ class Worker:
         self._next: workpool.Claim | None = None  # claimed by the statement that ended the last item
         self._declined: dict[int, float] = {}  # item id -> until when (monotonic) others go first
         self._unreleased: list[workpool.Claim] = []  # claims a database error kept us from handing back
+        # Batches (PostgreSQL, with a backlog of quick items): how many to claim next (1: one at a
+        # time, each end claiming the next in its statement), the claims taken ahead, and the
+        # completions not written yet (one statement for them all, _flush).
+        self._size = 1
+        self._most = max(1, int(conf.get("CLAIM_BATCH")))
+        self._held: deque[workpool.Claim] = deque()
+        self._batch: list[workpool.Ending] = []
+        self._batches: bool | None = None  # whether batches are possible here (workpool.batches)
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -117,6 +130,11 @@ class Worker:
                 waiter.wait(idle)
         finally:
             try:
+                self._flush()
+            except DB_ERRORS:  # (its claims wait in _unreleased)
+                close_connection(self.db)
+            self._release_held()
+            try:
                 self._hand_back()
             except DB_ERRORS:  # still away: their leases run out and the reaper takes them back
                 close_connection(self.db)
@@ -170,8 +188,75 @@ class Worker:
     # -- the main loop ---------------------------------------------------------------------------
 
     def _chain(self) -> workpool.ClaimRequest | None:
-        """What to claim in the statement that ends the current item: nothing once stopping."""
-        return None if self._stopping.is_set() else workpool.ClaimRequest(self.name, self.queues, self._avoid())
+        """What to claim in the statement that ends the current item: nothing once stopping, or
+        in batches (claim_many claims the next ones)."""
+        if self._stopping.is_set() or self._size > 1:
+            return None
+        return workpool.ClaimRequest(self.name, self.queues, self._avoid())
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    def _take(self) -> workpool.Claim | None:
+        """The next claim to run: one taken ahead, the one the last end claimed, or a new claim
+        (several at once in batches)."""
+        while self._held:
+            claim = self._held.popleft()
+            if claim.valid_until - time.monotonic() > workpool.lease_seconds() / 2:
+                return claim
+            # Too little of its lease left to start it: give it back, in its place, for another worker.
+            self._size = 1
+            workpool.unclaim([claim, *self._held])
+            self._held.clear()
+        claim, self._next = self._next, None
+        if claim is not None:
+            return claim
+        self._flush()  # before claiming anew (and so before idling): the batch's completions
+        if self._size > 1:
+            claims = workpool.claim_many(worker=self.name, queues=self.queues, db=self.db, k=self._size)
+            # A full batch means a backlog: take more next time; fewer, and the queue is nearly
+            # empty: one at a time again, so that a lone item is not kept waiting for company.
+            self._size = min(self._most, 2 * self._size) if len(claims) == self._size else 1
+            self._held.extend(claims[1:])
+            return claims[0] if claims else None
+        return workpool.claim(worker=self.name, queues=self.queues, db=self.db, avoid=self._avoid())
+
+    def _paced(self, claim: workpool.Claim, seconds: float) -> None:
+        """After an item: go to batches when the statement that ended a quick one found another
+        ready (a backlog), back to one at a time after a slow one."""
+        if seconds > QUICK_SECONDS:
+            self._size = 1
+        elif self._size == 1 and claim.next_claim is not None and self._most > 1 and not self._declined:
+            if self._batches is None:  # (the tables' layout is read at the worker's start)
+                self._batches = workpool.batches(self.db, self.queues)
+            if self._batches:
+                self._size = 2
+
+    def _flush(self) -> None:
+        """Write the completions waiting in the batch, in one statement (workpool.finish_runs)."""
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        try:
+            finals = workpool.finish_runs(batch)
+        except DB_ERRORS:
+            # Not written: hand the runs back (fenced), so that they go again, as after any
+            # failed end; they ran, so a second run of theirs is the at-least-once the docs say.
+            close_connection(self.db)
+            self._unreleased.extend(ending.claim for ending in batch)
+            raise
+        for ending, final in finals:
+            if final is None:
+                self._unreleased.append(ending.claim)
+        if self._unreleased:
+            self._hand_back()  # (a fenced release: reports each claim lost)
+
+    def _release_held(self) -> None:
+        """Give back, fenced, the claims taken ahead and not started (the worker is stopping)."""
+        held, self._held = list(self._held), deque()
+        try:
+            workpool.unclaim(held)
+        except DB_ERRORS:  # their leases run out and the reaper takes them back
+            close_connection(self.db)
 
     def _avoid(self) -> tuple[int, ...]:
         """The items this worker handed back for lack of their code, while a worker that has it goes first."""
@@ -182,13 +267,14 @@ class Worker:
         return tuple(sorted(self._declined))
 
     def _run_once(self) -> bool:
-        claim, self._next = self._next, None
-        if claim is None:
-            claim = workpool.claim(worker=self.name, queues=self.queues, db=self.db, avoid=self._avoid())
+        claim = self._take()
         if claim is None:
             return False
         with self._current_lock:
             self._current = claim
+        if self._size > 1 and claim.kind == WorkItem.Kind.ADVANCE:
+            claim.batch = self._batch  # its completion waits for the batch's statement
+        began = time.monotonic()
         try:
             try:
                 if claim.kind == WorkItem.Kind.ADVANCE:
@@ -239,6 +325,9 @@ class Worker:
             with self._current_lock:  # (a claim still to hand back keeps its heartbeat)
                 self._current = self._next or (self._unreleased[0] if self._unreleased else None)
             self.processed += 1
+            self._paced(claim, time.monotonic() - began)
+        if self._batch and (not self._held or len(self._batch) >= self._most):
+            self._flush()
         return True
 
     def _hand_back(self) -> None:
@@ -307,6 +396,10 @@ class Worker:
                     logger.warning("Worker %s released run %s mid-step (%s).", self.name, claim.run_id, why)
             except Exception:  # noqa: BLE001 - ending anyway; the lease covers a failed release
                 logger.exception("Worker %s could not release run %s.", self.name, claim.run_id)
+        try:  # taken ahead, not started: ready at once for another worker, in their places
+            workpool.unclaim(list(self._held))
+        except Exception:  # noqa: BLE001 - as above
+            pass
         logging.shutdown()
         if not replace:
             os._exit(0)

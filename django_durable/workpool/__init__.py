@@ -22,12 +22,16 @@ from ..journal import StepRecord
 from .claims import (
     Claim,
     ClaimRequest,
+    Ending,
     Outcome,
+    batches,
     check_cancel,
     claim,
+    claim_many,
     defer_missing,
     finish_branch,
     finish_run,
+    finish_runs,
     missing_code_delay,
     note_step,
     record_steps,
@@ -36,6 +40,7 @@ from .claims import (
     renew,
     retry_branch,
     retry_run,
+    unclaim,
 )
 from .leases import lease_expiry, lease_seconds
 from .reaping import PROCESS_GONE, WorkerLost, reap, release_worker
@@ -53,9 +58,10 @@ from .wakeups import (
 )
 
 __all__ = [
-    "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Outcome", "RunState", "StepRecord", "WorkerLost",
-    "announce_end", "check_cancel", "claim", "defer_missing", "finish_branch", "finish_run", "fire_timers",
+    "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
+    "announce_end", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "finish_branch", "finish_run",
+    "finish_runs", "fire_timers",
     "held_back", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",
-    "retry_run", "wake",
+    "retry_run", "unclaim", "wake",
 ]

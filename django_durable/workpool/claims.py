@@ -99,6 +99,9 @@ class Claim:
     function: str = ""
     input: str | None = None
     group: str = ""
+    # The batch its run's completion goes into instead of a statement of its own (finish_run);
+    # the worker writes the batch with finish_runs(). None: written at once.
+    batch: list[Ending] | None = field(default=None, repr=False)
 
     def db_now(self) -> dt.datetime:
         """The latest the database's clock can read now, estimated without a round trip.
@@ -157,6 +160,39 @@ def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, .
     return _claimed(db, ClaimRequest(worker, queues, avoid), _backend(db).claim)
 
 
+def batches(db: str, queues: list[str] | None) -> bool:
+    """Whether claim_many() and batched endings are available here (PostgreSQL, plain tables, a
+    worker of every queue or of one, none of them limited)."""
+    return _backend(db) is postgres and postgres.batches(db, queues)
+
+
+def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int) -> list[Claim]:
+    """Claim up to `k` ready work items for `worker` in one statement, each with its own token and
+    lease, as claim() would one after the other; only where batches() says so."""
+    tokens = [uuid.uuid4() for _ in range(k)]
+    started = time.monotonic()
+    rows = postgres.claim_many(ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds()), tokens)
+    answered = time.monotonic()
+    return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
+
+
+def unclaim(claims: list[Claim]) -> int:
+    """Give back claims taken ahead and never started (a batch's), fenced each, as if never made:
+    each item ready again in its place (its available_at unchanged) and not counted as a
+    delivery, its run pending again. Return how many were still held."""
+    if not claims:
+        return 0
+    db = claims[0].db
+    held = 0
+    with transaction.atomic(using=db):
+        for claim in claims:
+            if claim.fence().free(Status.PENDING, attempts=F("attempts") - 1):
+                held += 1
+                WorkflowRun.objects.using(db).filter(pk=claim.run_id).back_to_pending()
+            claim.lost = True  # (it is not ours any more, whichever way)
+    return held
+
+
 def _claimed(db: str, request: ClaimRequest | None, send) -> Claim | None:
     """Call `send` with the ClaimParams of a claim for `request` (None: no claim asked for); turn
     the Claimed it answers into a Claim."""
@@ -168,10 +204,14 @@ def _claimed(db: str, request: ClaimRequest | None, send) -> Claim | None:
     row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid))
     if row is None:
         return None
-    answered = time.monotonic()
+    return _claim_of(row, token, request.worker, db, started, time.monotonic())
+
+
+def _claim_of(row: Claimed, token, worker: str, db: str, started: float, answered: float) -> Claim:
+    """The Claim of a claim statement's `row`, sent at `started` and answered at `answered`."""
     result = Claim(
         item_id=row.item_id, kind=row.kind, run_id=row.run_id, step_key=row.step_key, attempts=row.attempts,
-        token=token, worker=request.worker, db=db, valid_until=valid_until(started),
+        token=token, worker=worker, db=db, valid_until=valid_until(started),
         # SQLite's clock is this machine's, read after the statement: exact, not a bracket.
         db_time=row.db_now, sent_at=started if _backend(db) is postgres else answered, db_time_at=answered,
         run=row.run, cancel_requested=bool(row.run and row.run.cancel_requested),
@@ -211,6 +251,11 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     """
     if faults.active:
         faults.hit("before_terminal_commit")
+    if claim.batch is not None and status == RunStatus.COMPLETED and then is None \
+            and not any(record.consumes is not None for record in records):
+        # Written with the batch's other completions by finish_runs(), signal and all.
+        claim.batch.append(Ending(claim, result, list(records), committed))
+        return status
 
     def end(next_claim: ClaimParams | None):
         return _backend(claim.db).finish_run(claim, status=status, result=result, error=error,
@@ -238,6 +283,42 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
         endings.send_end(endings.Ended(claim.run_id, claim.run.workflow, final, result if asked else None,
                                        error if asked else None))
     return final
+
+
+@dataclass
+class Ending:
+    """A run's completion waiting in a batch (Claim.batch): written by finish_runs()."""
+
+    claim: Claim
+    result: str | None
+    records: list[StepRecord]
+    committed: Callable[[], None] | None
+
+
+def finish_runs(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
+    """Write the completions of a batch in one statement, each fenced by its own claim, as
+    finish_run() writes one; return each with the status its run ended with (``cancelled`` when a
+    cancel committed first, endings.UNCHANGED if it had ended before, None if its claim was lost).
+    Once committed, each one's `committed()` is called and its end's signal sent."""
+    if not batch:
+        return []
+    for ending in batch:
+        ending.claim.ending = True
+    ended = postgres.finish_runs(batch)
+    finals = []
+    for ending in batch:
+        claim, final = ending.claim, ended.get(ending.claim.item_id)
+        if final is None:
+            claim.lost = True
+        else:
+            if ending.committed is not None:
+                ending.committed()
+            if final != endings.UNCHANGED:
+                asked = final == RunStatus.COMPLETED
+                endings.send_end(endings.Ended(claim.run_id, claim.run.workflow, final,
+                                               ending.result if asked else None, None))
+        finals.append((ending, final))
+    return finals
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),

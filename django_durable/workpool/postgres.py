@@ -302,17 +302,28 @@ def _claim_parts(params: ClaimParams, exclude=(), ending=0) -> tuple[str, str, l
 
 def _execute_claim(db: str, sql: str, params, turns: list[str]):
     """execute() a statement that claims, after taking the `turns` of the limited queues it claims
-    from (queries.QUEUE_TURN) in the same transaction, when there are any.
-
-    In autocommit (a worker), BEGIN, the turns, the statement and COMMIT go in one pipeline: one
-    round trip, as without limits; inside a caller's transaction, they join it.
-    """
+    from (queries.QUEUE_TURN) in the same transaction, when there are any (_in_transaction)."""
     if not turns:
         return execute(db, sql, params)
+    return _in_transaction(db, [(queries.QUEUE_TURN, [turns])], sql, params)
+
+
+def _in_transaction(db: str, prelude: list[tuple[str, list]], sql: str, params, *, all_rows: bool = False):
+    """`sql` after the `prelude` statements ((sql, parameters) pairs) in a transaction of their
+    own; return its first row and row count (all its rows with `all_rows`).
+
+    In autocommit (a worker), BEGIN, the prelude, the statement and COMMIT go in one pipeline: one
+    round trip, as a statement alone; inside a caller's transaction, they join it.
+    """
     connection = connections[db]
     if connection.in_atomic_block or not (_prepare and conf.get("PREPARED_STATEMENTS")) or connection.queries_logged:
         with transaction.atomic(using=db):
-            execute(db, queries.QUEUE_TURN, [turns])
+            with connection.cursor() as cursor:
+                for text, values in prelude:
+                    cursor.execute(text, values)
+                if all_rows:
+                    cursor.execute(sql, params)
+                    return cursor.fetchall()
             return execute(db, sql, params)
     cursor, text = _cursor(db, sql)
     raw = connection.connection
@@ -320,10 +331,11 @@ def _execute_claim(db: str, sql: str, params, turns: list[str]):
         with connection.wrap_database_errors, cursor:
             with raw.pipeline():
                 raw.execute("BEGIN")
-                raw.execute(queries.QUEUE_TURN, [turns])
+                for before, values in prelude:
+                    raw.execute(before, values)
                 cursor.execute(text, params)
                 raw.execute("COMMIT")
-            return cursor.fetchone(), cursor.rowcount
+            return cursor.fetchall() if all_rows else (cursor.fetchone(), cursor.rowcount)
     except BaseException:
         _roll_back(raw)
         raise
@@ -360,6 +372,62 @@ def claim(params: ClaimParams) -> Claimed | None:
     ctes, select, values, turns = _claim_parts(params)
     row = _execute_claim(params.db, queries.CLAIM.format(claim_ctes=ctes, claim_select=select), values, turns)[0]
     return _claimed(row, params)
+
+
+def batches(db: str, queues) -> bool:
+    """Whether claims and endings may go in batches here (claim_many, finish_runs): on plain
+    tables, for a worker of every queue or of one, none of them limited. Elsewhere one at a time."""
+    return (partitioning.runs.layout(db) is None and partitioning.layout(db) is None
+            and (queues is None or len(queues) == 1) and not durable_queues.served(queues))
+
+
+_claim_many_sql: dict = {}
+
+
+def claim_many(params: ClaimParams, tokens: list) -> list[tuple[Claimed, object]]:
+    """Claim up to len(tokens) ready items (queries.CLAIM_MANY), each with its own token; return
+    (the claim, its token) of each, in claim order. Only where batches() allows.
+
+    Committed without waiting for its WAL to reach the disk (synchronous_commit off, for this
+    transaction alone): a claim lost to a crash of the server is an item never claimed, which
+    the next claim takes, and no outcome is written before the WAL of this claim is flushed with
+    its own. BEGIN, the setting, the claim and COMMIT go in one pipeline: one round trip.
+    """
+    db, k = params.db, len(tokens)
+    key = (db, tuple(params.queues or ()), clock.now_sql("postgresql"), k)
+    sql = _claim_many_sql.get(key)
+    if sql is None:
+        locked = WorkItem.objects.using(db).ready(params.queues).select_for_update(skip_locked=True, no_key=True)
+        with transaction.atomic(using=db):  # the ORM compiles a locking query only in a transaction
+            pick, pick_params = locked.values("id")[:k].query.get_compiler(using=db).as_sql()
+        if len(_claim_many_sql) > 64:
+            _claim_many_sql.clear()
+        select = _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
+        select = select.replace("\nFROM claimed AS c", ", c.claim_token\nFROM claimed AS c", 1)
+        sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select), list(pick_params))
+    sql, pick_params = sql
+    values = [*pick_params, list(tokens), params.worker, params.lease, params.worker]
+    rows = _in_transaction(db, [("SET LOCAL synchronous_commit TO off", [])], sql, values, all_rows=True)
+    return [(ClaimRow._make(row[:-1]).claimed(), row[-1]) for row in rows]
+
+
+def finish_runs(endings) -> dict:
+    """End the runs of several claims `completed` (queries.FINISH_RUNS), each fenced by its own
+    item's token, with their last journal entries; return {item id: the status its run ended
+    with, or UNCHANGED if it had ended before}. An item missing from it lost its claim."""
+    db = endings[0].claim.db
+    records = [(ending.claim, record) for ending in endings for record in ending.records]
+    steps = ""
+    step_params: list = []
+    if records:
+        steps = _fill(queries.END_STEPS_MANY, columns=_COLUMN_NAMES, rows=", ".join([_ROW] * len(records)))
+        for claim, record in records:
+            step_params += [claim.run_id, *record.values]
+    sql = _fill(queries.FINISH_RUNS, steps=steps)
+    params = [[e.claim.item_id for e in endings], [e.claim.token for e in endings], [e.result for e in endings],
+              *step_params]
+    ended = execute(db, sql, params)[0][0] or []
+    return {item_id: status or UNCHANGED for item_id, status in ended}
 
 
 def run_state(db: str, claimed: ClaimRow, token, worker: str) -> RunColumns | None:

@@ -172,6 +172,98 @@ FROM fence CROSS JOIN given LEFT JOIN durable_workflow_run AS r ON r.id = given.
 
 CLAIM = "WITH {claim_ctes} {claim_select}"
 
+# -- claiming and ending in batches -----------------------------------------------------------------
+# With a backlog, a worker claims several items in one statement and ends the runs it completed
+# in one statement (worker/batches.py says when). Each item keeps its own token (the i-th of the
+# array given, `picked.n`) and its own lease; every write after is fenced item by item, as a
+# claim of one. Rows are named by `= ANY(ARRAY(SELECT ...))`, never by a join, for the reason
+# this module begins with: a lookup through the index whatever the statistics say.
+
+# Claim up to `k` ready items ({pick}: the ORM's ready query, LIMIT k, SKIP LOCKED) for this
+# worker, each with its token; mark the runs of the advance items `running`. Answers a row per
+# item: CLAIM_SELECT's columns and the item's token.
+CLAIM_MANY = """
+WITH picked AS (
+    SELECT p.id, row_number() OVER () AS n FROM ({pick}) AS p
+),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = (%s::uuid[])[picked.n], claimed_by = %s,
+        claim_expires_at = {now} + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked
+    WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.claim_token
+),
+run AS (
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
+        last_worker = %s, last_claimed_at = {now}
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ({terminal})
+    RETURNING r.id
+)
+{claim_select}"""
+
+# The runs several claims completed, ended as FINISH_RUN ends one (each fenced by its own item's
+# token; a cancel that committed first wins; branches not started are cancelled, the parent woken,
+# timers quieted), with their last journal entries ({steps}: END_STEPS_MANY or nothing). Given
+# the items, their tokens and the runs' results as three arrays. Answers [item, status] for each
+# item whose fence held (status NULL: its run had ended before), and the NOTIFYs.
+FINISH_RUNS = """
+WITH ending AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS e (item_id, token, result)
+),
+fence AS (
+    UPDATE durable_work_item AS w
+    SET status = 'completed', available_at = {now}, claim_token = NULL, claimed_by = '', claim_expires_at = NULL,
+        attempts = 0, wake = false, missing_since = NULL, step_key = ''
+    WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
+      AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
+    RETURNING w.id, w.run_id
+){steps},
+done AS (
+    UPDATE durable_workflow_run AS r
+    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN 'completed' ELSE 'cancelled' END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN
+            (SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id WHERE f.run_id = r.id) END,
+        waiting_on = '', finished_at = {now}, updated_at = {now}
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND r.status NOT IN ({terminal})
+    RETURNING r.id, r.status, r.parent_id, r.awaited
+),
+unneeded AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    WHERE o.run_id = ANY(ARRAY(SELECT run_id FROM fence)) AND o.kind = 'step' AND o.status = 'pending'
+    RETURNING 1
+),
+parent AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    WHERE a.run_id = ANY(ARRAY(SELECT parent_id FROM done WHERE parent_id IS NOT NULL)) AND a.kind = 'advance'
+    RETURNING 1
+),
+quiet AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id IN (SELECT t.id FROM durable_timer AS t
+                 WHERE t.run_id = ANY(ARRAY(SELECT run_id FROM fence)) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT JOIN done AS d ON d.id = f.run_id),
+       (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1),
+       (SELECT count(pg_notify('durable_done', id::text)) FROM done WHERE awaited)"""
+
+# The last journal entries of the runs FINISH_RUNS ends ({rows}: one typed row each, its run's
+# id first), those of the runs whose fence held.
+END_STEPS_MANY = """,
+steps AS (
+    INSERT INTO durable_step ({columns})
+    SELECT v.* FROM (VALUES {rows}) AS v ({columns})
+    WHERE v.run_id = ANY(ARRAY(SELECT run_id FROM fence))
+    {upsert} RETURNING 1
+)"""
+
 # -- journal writes while a step runs -------------------------------------------------------------
 
 # Write journal entries (a step's start, a checkpoint) while the claim holds. FOR SHARE holds

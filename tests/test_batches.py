@@ -1,0 +1,115 @@
+"""Claiming and ending in batches (PostgreSQL, with a backlog of quick items): each item keeps its
+own token and lease, every write stays fenced item by item, and a lone item still goes alone."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+
+import pytest
+
+import django_durable as durable
+from django_durable import workpool
+from django_durable.models import WorkflowRun, WorkItem
+from tests.conftest import assert_settled
+from tests.testapp import ledger
+from tests.testapp import tasks as test_tasks
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+
+def claim_many(k: int, worker: str = "w-batch") -> list[workpool.Claim]:
+    return workpool.claim_many(worker=worker, queues=None, db="default", k=k)
+
+
+def test_a_batch_claims_in_order_each_item_with_its_own_token_and_lease():
+    runs = [durable.start("tests.three_steps", x=n) for n in range(5)]
+    claims = claim_many(3)
+    assert [c.run_id for c in claims] == [r.pk for r in runs[:3]]  # the claim order of one at a time
+    assert len({c.token for c in claims}) == 3
+    rows = {item.pk: item for item in WorkItem.objects.filter(pk__in=[c.item_id for c in claims])}
+    for claim in claims:
+        row = rows[claim.item_id]
+        assert (row.status, row.claim_token, row.claimed_by, row.attempts) == ("processing", claim.token, "w-batch", 1)
+        assert row.claim_expires_at is not None
+    assert set(WorkflowRun.objects.filter(pk__in=[c.run_id for c in claims]).values_list("status", flat=True)) \
+        == {"running"}
+    assert [c.run_id for c in claim_many(5)] == [r.pk for r in runs[3:]]  # the rest; none twice
+
+
+def test_a_batch_of_completions_is_fenced_item_by_item():
+    """One claim of the batch taken away (a reaper, an operator) and one run cancelled meanwhile:
+    the others complete, the taken one writes nothing, the cancelled one ends cancelled."""
+    results = [test_tasks.echo.enqueue(n) for n in range(4)]
+    claims = claim_many(4)
+    taken, cancelled = claims[1], claims[2]
+    WorkItem.objects.filter(pk=taken.item_id).update(claim_token=uuid.uuid4())
+    durable.cancel(cancelled.run_id)
+    batch = [workpool.Ending(claim, f'"{n}"', [], None) for n, claim in enumerate(claims)]
+    finals = {ending.claim.item_id: final for ending, final in workpool.finish_runs(batch)}
+    assert finals == {claims[0].item_id: "completed", taken.item_id: None, cancelled.item_id: "cancelled",
+                      claims[3].item_id: "completed"}
+    assert taken.lost and not claims[0].lost
+    status = dict(WorkflowRun.objects.filter(pk__in=[r.id for r in results]).values_list("id", "status"))
+    assert [status[c.run_id] for c in claims] == ["completed", "running", "cancelled", "completed"]
+    assert WorkflowRun.objects.get(pk=claims[3].run_id).result == '"3"'
+
+
+def test_claims_given_back_unstarted_keep_their_place_and_are_not_deliveries():
+    runs = [durable.start("tests.three_steps", x=n) for n in range(3)]
+    claims = claim_many(3)
+    assert workpool.unclaim(claims[1:]) == 2
+    items = {i.run_id: i for i in WorkItem.objects.filter(run_id__in=[r.pk for r in runs])}
+    assert [(items[r.pk].status, items[r.pk].attempts) for r in runs[1:]] == [("pending", 0), ("pending", 0)]
+    assert [c.run_id for c in claim_many(3, worker="w-other")] == [r.pk for r in runs[1:]]
+
+
+class Spy:
+    """Counts what a worker in this process asks of the workpool."""
+
+    def __init__(self, monkeypatch):
+        from django_durable.worker import process
+
+        self.counts = collections.Counter()
+        for name in ("claim", "claim_many", "finish_runs"):
+            original = getattr(workpool, name)
+            monkeypatch.setattr(process.workpool, name, self._counting(name, original))
+
+    def _counting(self, name, original):
+        def counted(*args, **kwargs):
+            answer = original(*args, **kwargs)
+            self.counts[name] += 1
+            if name != "claim":
+                self.counts[f"{name} items"] += len(answer)
+            return answer
+        return counted
+
+
+def test_a_worker_with_a_backlog_goes_to_batches_and_back_to_one_at_a_time(monkeypatch):
+    from django_durable.worker.process import Worker
+
+    spy = Spy(monkeypatch)
+    keys = [f"batch-{n}-{uuid.uuid4()}" for n in range(300)]
+    results = [test_tasks.record.enqueue(key) for key in keys]
+    workflows = [durable.start("tests.three_steps", x=n) for n in range(50)]
+    worker = Worker(burst=True, name="w-in-process")
+    assert worker.run() == 0
+    assert all(ledger.count(key, "ran") == 1 for key in keys)
+    assert WorkflowRun.objects.filter(pk__in=[r.id for r in results], status="completed").count() == 300
+    assert [WorkflowRun.objects.get(pk=w.pk).get_result() for w in workflows][:2] == [[0, 1, 2], [1, 2, 3]]
+    assert_settled()
+    counts = spy.counts
+    # 350 runs, most claimed and ended in batches: far fewer statements than items.
+    assert counts["claim_many items"] >= 300 and counts["claim_many"] <= counts["claim_many items"] / 4, counts
+    assert counts["finish_runs items"] >= 300 and counts["finish_runs"] <= counts["finish_runs items"] / 4, counts
+    assert worker._size == 1 and not worker._held and not worker._batch  # alone again once drained
+
+
+def test_a_lone_item_goes_alone_in_one_statement(monkeypatch):
+    from django_durable.worker.process import Worker
+
+    spy = Spy(monkeypatch)
+    test_tasks.noop.enqueue()
+    assert Worker(burst=True, name="w-lone").run() == 0
+    assert spy.counts["claim_many"] == 0 and spy.counts["finish_runs"] == 0, spy.counts
+    assert_settled()
