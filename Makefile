@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-latest docs bench bench-peers chaos hosts failover pooler producers clean
+.PHONY: demo test test-fast test-latest docs bench bench-peers chaos soak-tasks hosts failover pooler producers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ bench-peers: $(STAMP)
 # workers and random database errors, then every promise checked. CHAOS_SECONDS=... to change.
 chaos: $(STAMP)
 	$(VENV)/bin/python -m tests.harness.chaos --duration $${CHAOS_SECONDS:-600} --db-faults
+
+# The tasks soak (about 7 minutes, PostgreSQL of its own): django.tasks tasks at a steady rate and
+# in bursts while worker processes are SIGKILLed, then every task checked (tests/harness/tasks_soak.py).
+# SOAK_SECONDS=... for the chaos part (after a quiet minute).
+soak-tasks: $(STAMP)
+	$(VENV)/bin/python -m tests.harness.tasks_soak --duration $${SOAK_SECONDS:-300}
 
 # Two worker hosts and a PostgreSQL server in network namespaces of their own (needs root):
 # runs shared, a host's link cut mid-step and restored, NOTIFY across hosts (tests/harness/hosts.py).

@@ -106,7 +106,8 @@ def _check_offload():
 def _check_timing():
     errors = []
     numbers = {}
-    for name in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "REAPER_INTERVAL", "POLL_INTERVAL", "MAX_DELIVERIES"):
+    for name in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "REAPER_INTERVAL", "POLL_INTERVAL", "MAX_DELIVERIES",
+                 "CLAIM_BATCH"):
         value = conf.get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             errors.append(Error(

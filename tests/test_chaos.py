@@ -57,3 +57,31 @@ def test_t07_postgres_restarts_in_the_middle_of_a_sweep_and_no_run_is_stranded()
                             text=True, timeout=360)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     assert "200 runs completed, 0 work items left, sweep error logged: True" in result.stdout
+
+
+def tasks_soak(*args, timeout):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+    return subprocess.run([sys.executable, "-m", "tests.harness.tasks_soak", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(600)
+def test_tasks_under_sigkills_end_successful_each_rerun_explained_by_a_kill():
+    """The tasks soak (tests/harness/tasks_soak.py, `make soak-tasks`) in short."""
+    result = tasks_soak("--duration", "30", "--baseline", "10", "--kills", "5", "--rate", "20", "--burst", "200",
+                        timeout=540)
+    table = result.stdout
+    assert result.returncode == 0, table + result.stderr[-5000:]
+    assert "RESULT: ok (0 violation(s))" in table
+    assert int(figure(table, "worker processes SIGKILLed")) == 5
+    assert int(figure(table, "tasks enqueued")) >= 500
+
+
+@pytest.mark.timeout(400)
+def test_the_tasks_soak_catches_a_lost_task_and_a_stale_claim():
+    result = tasks_soak("--duration", "8", "--baseline", "4", "--kills", "0", "--burst", "50",
+                        "--break", "lost-task,stale-claim", timeout=360)
+    table = result.stdout
+    assert result.returncode == 1, table + result.stderr[-5000:]
+    assert int(figure(table, "every task ended SUCCESSFUL")) == 1
+    assert int(figure(table, "nothing left claimed or queued")) == 1

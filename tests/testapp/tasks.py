@@ -141,3 +141,11 @@ def checks_context(context: TaskContext, attempt):
 @task()
 async def noop_async(*args, **kwargs):
     return None
+
+
+@task()
+def soak_task(key, millis):
+    """The tasks soak's task (tests/harness/tasks_soak.py): noted in the ledger, then `millis` of work."""
+    ledger.record(key, "soak")
+    time.sleep(millis / 1000)
+    return key
