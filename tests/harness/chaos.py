@@ -64,21 +64,28 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown --break {unknown[0]!r}; choose from {', '.join(BREAKS)}")
     seed = options.seed if options.seed is not None else random.randrange(1_000_000)
-    workdir = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
+    return on_own_server("chaos", lambda workdir, server: Soak(options, breaks, seed, workdir, server),
+                         pooler=options.pooler, keep=options.keep)
+
+
+def on_own_server(name: str, soak, *, pooler: bool = False, keep: bool = False) -> int:
+    """Run `soak(workdir, server).run()` on a PostgreSQL server of its own (and PgBouncer in front
+    with `pooler`), in a working directory removed after (unless `keep`); its exit code, or 2 if
+    the soak could not run."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"durable-{name}-"))
     os.chmod(workdir, 0o755)
     server = Postgres(workdir / "pg")
     try:
         server.start()
-        if options.pooler:
+        if pooler:
             server.start_pooler()
-        soak = Soak(options, breaks, seed, workdir, server)
-        return soak.run()
+        return soak(workdir, server).run()
     except SoakError as exc:
-        print(f"chaos: could not run the soak: {exc}", file=sys.stderr)
+        print(f"{name}: could not run the soak: {exc}", file=sys.stderr)
         return 2
     finally:
         server.stop()
-        if not options.keep:
+        if not keep:
             subprocess.run(["rm", "-rf", str(workdir)], check=False)
 
 

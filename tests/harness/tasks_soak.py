@@ -34,12 +34,11 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from tests.harness.chaos import LEASE, Postgres, SoakError, environment, retrying, setup_django
+from tests.harness.chaos import LEASE, Postgres, SoakError, environment, on_own_server, retrying, setup_django
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISORS, PROCESSES = 2, 2
@@ -72,18 +71,7 @@ def main(argv=None) -> int:
     if unknown := sorted(set(options.breaks) - set(BREAKS)):
         parser.error(f"unknown --break {unknown[0]!r}; choose from {', '.join(BREAKS)}")
     seed = options.seed if options.seed is not None else random.randrange(1_000_000)
-    workdir = Path(tempfile.mkdtemp(prefix="durable-tasks-soak-"))
-    os.chmod(workdir, 0o755)
-    server = Postgres(workdir / "pg")
-    try:
-        server.start()
-        return TasksSoak(options, seed, workdir, server).run()
-    except SoakError as exc:
-        print(f"tasks soak: could not run: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        server.stop()
-        subprocess.run(["rm", "-rf", str(workdir)], check=False)
+    return on_own_server("tasks-soak", lambda workdir, server: TasksSoak(options, seed, workdir, server))
 
 
 class TasksSoak:
