@@ -66,6 +66,8 @@ def _statements() -> list[tuple[str, str, int]]:
             return (None,) * 9, 1
         if "written AS (" in sql:  # journal entries written while a step runs
             return (1, False), 1
+        if "ending AS (" in sql:  # a batch's completions: [item, status] of each
+            return ([[7, "completed"]], None, 0), 1
         # An ending: the fence held, its outcomes (at most three), then the claim's columns.
         return ((1, "completed", None, None, *nothing_ready) if "fence" in sql else nothing_ready), 1
 
@@ -102,13 +104,26 @@ def _statements() -> list[tuple[str, str, int]]:
                          scheduled_at=at)], "default", skip_existing=True, notify=False)),
     ]
     from django_durable import partitioning
+    from django_durable.workpool import Ending
 
+    if partitioning.runs.layout() is None and partitioning.layout() is None:  # batches: on plain tables only
+        shapes += [
+            ("claim several items (a batch)", lambda: postgres.claim_many(params, [uuid.UUID(int=5), uuid.UUID(int=6)])),
+            ("finish several runs (a batch), with their last journal entries", lambda: postgres.finish_runs(
+                [Ending(_Claim, "1", [_record()], None), Ending(_Claim, "2", [_record("ship")], None)])),
+        ]
     if partitioning.runs.layout() is not None:  # a claim's item first, then its run
         claimed = ClaimRow._make((7, "advance", uuid.UUID(int=1), "", 1, at, *(None,) * 12))
         shapes.append(("read the run of the item just claimed", lambda: postgres.run_state(
             "default", claimed, uuid.UUID(int=2), "w")))
+    def in_transaction(db, prelude, sql, params, *, all_rows=False):
+        sent.extend((before, len(values)) for before, values in prelude)
+        answer = execute(db, sql, params)
+        return [] if all_rows else answer
+
     statements = []
     real, postgres.execute = postgres.execute, execute
+    real_transaction, postgres._in_transaction = postgres._in_transaction, in_transaction
     try:
         for name, call in shapes:
             sent.clear()
@@ -117,7 +132,7 @@ def _statements() -> list[tuple[str, str, int]]:
                 statements.append((name if len(sent) == 1 else f"{name}, statement {position} of {len(sent)}",
                                    sql, count))
     finally:
-        postgres.execute = real
+        postgres.execute, postgres._in_transaction = real, real_transaction
     return statements
 
 

@@ -231,9 +231,15 @@ done AS (
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND r.status NOT IN ({terminal})
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
+-- Each run's lookups by its id, one run at a time (LATERAL, kept apart by OFFSET 0): an equality
+-- the planner takes through the index, as FINISH_RUN's; `= ANY` of all the runs, or the lateral
+-- merged into a join, it planned as a walk of every pending item.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = ANY(ARRAY(SELECT run_id FROM fence)) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.id = ANY(ARRAY(
+        SELECT b.id FROM fence AS f, LATERAL (
+            SELECT x.id FROM durable_work_item AS x
+            WHERE x.run_id = f.run_id AND x.kind = 'step' AND x.status = 'pending' OFFSET 0) AS b))
     RETURNING 1
 ),
 parent AS (
@@ -246,8 +252,10 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t
-                 WHERE t.run_id = ANY(ARRAY(SELECT run_id FROM fence)) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id = ANY(ARRAY(
+        SELECT q.id FROM fence AS f, LATERAL (
+            SELECT t.id FROM durable_timer AS t
+            WHERE t.run_id = f.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED) AS q))
     RETURNING 1
 )
 SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT JOIN done AS d ON d.id = f.run_id),

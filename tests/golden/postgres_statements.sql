@@ -690,3 +690,109 @@ item AS (
     RETURNING 1
 )
 SELECT count(*), max(created_at), max(updated_at) FROM run;
+
+-- name: claim several items (a batch), statement 1 of 3 (0 parameters)
+SET LOCAL synchronous_commit TO off;
+
+-- name: claim several items (a batch), statement 2 of 3 (0 parameters)
+SET LOCAL enable_seqscan TO off;
+
+-- name: claim several items (a batch), statement 3 of 3 (4 parameters)
+WITH picked AS (
+    SELECT p.id, row_number() OVER () AS n FROM (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED) AS p
+),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing', claim_token = (%s::uuid[])[picked.n], claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1, wake = false
+    FROM picked
+    WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.claim_token
+),
+run AS (
+    UPDATE durable_workflow_run AS r
+    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
+        last_worker = %s, last_claimed_at = statement_timestamp()
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group, c.claim_token
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
+
+-- name: finish several runs (a batch), with their last journal entries, statement 1 of 2 (0 parameters)
+SET LOCAL enable_seqscan TO off;
+
+-- name: finish several runs (a batch), with their last journal entries, statement 2 of 2 (35 parameters)
+WITH ending AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS e (item_id, token, result)
+),
+fence AS (
+    UPDATE durable_work_item AS w
+    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL, claimed_by = '', claim_expires_at = NULL,
+        attempts = 0, wake = false, missing_since = NULL, step_key = ''
+    WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
+      AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
+    RETURNING w.id, w.run_id
+),
+steps AS (
+    INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    SELECT v.* FROM (VALUES (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar), (%s::uuid, %s::varchar, %s::integer, %s::varchar, %s::varchar, %s::varchar, %s::text, %s::text, %s::integer, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::timestamptz, %s::text, %s::integer, %s::varchar)) AS v ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
+    WHERE v.run_id = ANY(ARRAY(SELECT run_id FROM fence))
+    ON CONFLICT (run_id, key) DO UPDATE SET "kind" = EXCLUDED."kind", "name" = EXCLUDED."name", "status" = EXCLUDED."status", "result" = EXCLUDED."result", "error" = EXCLUDED."error", "attempts" = EXCLUDED."attempts", "started_at" = CASE WHEN durable_step.status = 'waiting' THEN durable_step.started_at ELSE EXCLUDED.started_at END, "finished_at" = EXCLUDED."finished_at", "deadline_at" = EXCLUDED."deadline_at", "retry_at" = EXCLUDED."retry_at", "match" = EXCLUDED."match", "remaining" = COALESCE(EXCLUDED."remaining", durable_step."remaining"), "fingerprint" = COALESCE(EXCLUDED."fingerprint", durable_step."fingerprint") WHERE durable_step.status NOT IN ('completed', 'failed') RETURNING 1
+),
+done AS (
+    UPDATE durable_workflow_run AS r
+    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN 'completed' ELSE 'cancelled' END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN
+            (SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id WHERE f.run_id = r.id) END,
+        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id, r.status, r.parent_id, r.awaited
+),
+-- Each run's lookups by its id, one run at a time (LATERAL, kept apart by OFFSET 0): an equality
+-- the planner takes through the index, as FINISH_RUN's; `= ANY` of all the runs, or the lateral
+-- merged into a join, it planned as a walk of every pending item.
+unneeded AS (
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    WHERE o.id = ANY(ARRAY(
+        SELECT b.id FROM fence AS f, LATERAL (
+            SELECT x.id FROM durable_work_item AS x
+            WHERE x.run_id = f.run_id AND x.kind = 'step' AND x.status = 'pending' OFFSET 0) AS b))
+    RETURNING 1
+),
+parent AS (
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    WHERE a.run_id = ANY(ARRAY(SELECT parent_id FROM done WHERE parent_id IS NOT NULL)) AND a.kind = 'advance'
+    RETURNING 1
+),
+quiet AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id = ANY(ARRAY(
+        SELECT q.id FROM fence AS f, LATERAL (
+            SELECT t.id FROM durable_timer AS t
+            WHERE t.run_id = f.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED) AS q))
+    RETURNING 1
+)
+SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT JOIN done AS d ON d.id = f.run_id),
+       (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1),
+       (SELECT count(pg_notify('durable_done', id::text)) FROM done WHERE awaited);

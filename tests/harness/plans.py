@@ -165,12 +165,20 @@ def main() -> None:
             load(connection, ROWS)
         # As a worker's prepared statement: planned once for any parameters, and kept.
         connection.execute("SET plan_cache_mode = force_generic_plan")
+        settings = []  # a SET LOCAL sent before a statement in its transaction holds while it is planned
         for index, (name, count, sql) in enumerate(statements(golden)):
+            if sql.startswith("SET LOCAL "):
+                settings.append(sql.removeprefix("SET LOCAL ").split(" TO ")[0])
+                connection.execute(sql.replace("SET LOCAL ", "SET ", 1))
+                continue
             connection.execute(f"PREPARE hot{index} AS {numbered(sql)}")
             (plan,), = connection.execute(
                 f"EXPLAIN (FORMAT JSON) EXECUTE hot{index}({', '.join(['NULL'] * count)})").fetchall()
             report[name] = offenders(plan[0]["Plan"])
             connection.execute(f"DEALLOCATE hot{index}")
+            for setting in settings:
+                connection.execute(f"RESET {setting}")
+            settings.clear()
     drop_database(server, f"plans_{state.replace('-', '_')}")
     print(json.dumps({"state": state, "statements": report}))
 
