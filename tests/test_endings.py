@@ -73,6 +73,18 @@ def worker_completes(run, env):
     return "completed"
 
 
+def worker_completes_in_a_batch(run, env):
+    """PostgreSQL: the completion waits in a batch and is written by finish_runs (FINISH_RUNS)."""
+    if not ON_POSTGRES:
+        pytest.skip("batches are PostgreSQL's")
+    durable.signal(run.pk, "end", "done")
+    (claim,) = workpool.claim_many(worker="w", queues=None, db="default", k=2)
+    claim.batch = []
+    assert advance(claim) == "completed" and len(claim.batch) == 1
+    assert [final for _, final in workpool.finish_runs(claim.batch)] == ["completed"]
+    return "completed"
+
+
 def worker_fails(run, env):
     durable.signal(run.pk, "end", "fail")
     claim = workpool.claim(worker="w", queues=None, db="default")
@@ -136,7 +148,7 @@ def subject_deleted(run, env):
     return "cancelled"
 
 
-ENDERS = [worker_completes, worker_fails, cancel, force_fail, poison, deadline, missing_code, subject_deleted]
+ENDERS = [worker_completes, worker_completes_in_a_batch, worker_fails, cancel, force_fail, poison, deadline, missing_code, subject_deleted]
 
 
 class Ends:
@@ -259,6 +271,14 @@ def _task_enders():
     def by_worker(result_id, env):
         drain()
 
+    def by_worker_in_a_batch(result_id, env):
+        if not ON_POSTGRES:
+            pytest.skip("batches are PostgreSQL's")
+        (claim,) = workpool.claim_many(worker="w", queues=None, db="default", k=2)
+        claim.batch = []
+        advance(claim)
+        workpool.finish_runs(claim.batch)
+
     def by_cancel(result_id, env):
         durable.cancel(result_id)
 
@@ -271,7 +291,7 @@ def _task_enders():
                                                           claim_expires_at="2000-01-01T00:00:00Z")
         assert workpool.reap(db="default") == 1
 
-    return [(by_worker, "SUCCESSFUL"), (by_cancel, "FAILED"), (by_force_fail, "FAILED"), (by_poison, "FAILED")]
+    return [(by_worker, "SUCCESSFUL"), (by_worker_in_a_batch, "SUCCESSFUL"), (by_cancel, "FAILED"), (by_force_fail, "FAILED"), (by_poison, "FAILED")]
 
 
 @pytest.mark.parametrize("ender, expected", _task_enders(), ids=lambda value: getattr(value, "__name__", value))

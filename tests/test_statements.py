@@ -109,8 +109,8 @@ def _statements() -> list[tuple[str, str, int]]:
     if partitioning.runs.layout() is None and partitioning.layout() is None:  # batches: on plain tables only
         shapes += [
             ("claim several items (a batch)", lambda: postgres.claim_many(params, [uuid.UUID(int=5), uuid.UUID(int=6)])),
-            ("finish several runs (a batch), with their last journal entries", lambda: postgres.finish_runs(
-                [Ending(_Claim, "1", [_record()], None), Ending(_Claim, "2", [_record("ship")], None)])),
+            ("finish several runs (a batch), with their last journal entries and a signal consumed", lambda: postgres.finish_runs(
+                [Ending(_Claim, "1", [_record()], None), Ending(_Claim, "2", [_record("approved", 9)], None)])),
         ]
     if partitioning.runs.layout() is not None:  # a claim's item first, then its run
         claimed = ClaimRow._make((7, "advance", uuid.UUID(int=1), "", 1, at, *(None,) * 12))

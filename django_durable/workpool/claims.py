@@ -251,8 +251,7 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     """
     if faults.active:
         faults.hit("before_terminal_commit")
-    if claim.batch is not None and status == RunStatus.COMPLETED and then is None \
-            and not any(record.consumes is not None for record in records):
+    if claim.batch is not None and status == RunStatus.COMPLETED and then is None:
         # Written with the batch's other completions by finish_runs(), signal and all.
         claim.batch.append(Ending(claim, result, list(records), committed))
         return status

@@ -428,8 +428,12 @@ def finish_runs(endings) -> dict:
     records = [(ending.claim, record) for ending in endings for record in ending.records]
     steps = ""
     step_params: list = []
+    consumed = [(record.consumes, record.key, claim.run_id) for claim, record in records if record.consumes is not None]
+    if consumed:
+        steps += _fill(queries.CONSUMED_MANY, rows=", ".join(["(%s::bigint, %s::varchar, %s::uuid)"] * len(consumed)))
+        step_params += [value for row in consumed for value in row]
     if records:
-        steps = _fill(queries.END_STEPS_MANY, columns=_COLUMN_NAMES, rows=", ".join([_ROW] * len(records)))
+        steps += _fill(queries.END_STEPS_MANY, columns=_COLUMN_NAMES, rows=", ".join([_ROW] * len(records)))
         for claim, record in records:
             step_params += [claim.run_id, *record.values]
     sql = _fill(queries.FINISH_RUNS, steps=steps)

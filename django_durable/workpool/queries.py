@@ -207,7 +207,8 @@ run AS (
 
 # The runs several claims completed, ended as FINISH_RUN ends one (each fenced by its own item's
 # token; a cancel that committed first wins; branches not started are cancelled, the parent woken,
-# timers quieted), with their last journal entries ({steps}: END_STEPS_MANY or nothing). Given
+# timers quieted), with their last journal entries and the messages these consume ({steps}:
+# CONSUMED_MANY and END_STEPS_MANY, or nothing). Given
 # the items, their tokens and the runs' results as three arrays. Answers [item, status] for each
 # item whose fence held (status NULL: its run had ended before), and the NOTIFYs.
 FINISH_RUNS = """
@@ -261,6 +262,16 @@ quiet AS (
 SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT JOIN done AS d ON d.id = f.run_id),
        (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1),
        (SELECT count(pg_notify('durable_done', id::text)) FROM done WHERE awaited)"""
+
+# The signals and events the last entries of the runs FINISH_RUNS ends consume, (id, key, run) rows,
+# those of the runs whose fence held.
+CONSUMED_MANY = """,
+consumed AS (
+    UPDATE durable_signal AS m SET consumed_at = {now}, consumed_by = c.key
+    FROM (VALUES {rows}) AS c (id, key, run_id)
+    WHERE m.id = c.id AND m.consumed_at IS NULL AND c.run_id = ANY(ARRAY(SELECT run_id FROM fence))
+    RETURNING 1
+)"""
 
 # The last journal entries of the runs FINISH_RUNS ends ({rows}: one typed row each, its run's
 # id first), those of the runs whose fence held.

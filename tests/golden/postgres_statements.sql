@@ -736,10 +736,10 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group, c.claim_token
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
--- name: finish several runs (a batch), with their last journal entries, statement 1 of 2 (0 parameters)
+-- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;
 
--- name: finish several runs (a batch), with their last journal entries, statement 2 of 2 (35 parameters)
+-- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 2 of 2 (38 parameters)
 WITH ending AS (
     SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS e (item_id, token, result)
 ),
@@ -750,6 +750,12 @@ fence AS (
     WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
       AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
     RETURNING w.id, w.run_id
+),
+consumed AS (
+    UPDATE durable_signal AS m SET consumed_at = statement_timestamp(), consumed_by = c.key
+    FROM (VALUES (%s::bigint, %s::varchar, %s::uuid)) AS c (id, key, run_id)
+    WHERE m.id = c.id AND m.consumed_at IS NULL AND c.run_id = ANY(ARRAY(SELECT run_id FROM fence))
+    RETURNING 1
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
