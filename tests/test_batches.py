@@ -113,3 +113,21 @@ def test_a_lone_item_goes_alone_in_one_statement(monkeypatch):
     assert Worker(burst=True, name="w-lone").run() == 0
     assert spy.counts["claim_many"] == 0 and spy.counts["finish_runs"] == 0, spy.counts
     assert_settled()
+
+
+@pytest.mark.timeout(120)
+def test_no_claim_is_left_unrun_when_batches_end_with_claims_still_taken_ahead(monkeypatch):
+    """A slow item ends the batches while claims taken ahead wait: those run one at a time and
+    claim nothing more in their ends until they are done (a chained claim each would overwrite
+    the last one, left neither run nor renewed until a reaper took it back as a lost worker's)."""
+    from django_durable.worker import process
+    from django_durable.worker.process import Worker
+
+    monkeypatch.setattr(process, "QUICK_SECONDS", -1.0)  # every item counts as slow
+    worker = Worker(burst=True, name="w-slow")
+    runs = [durable.start("tests.three_steps", x=n) for n in range(40)]
+    worker._size = 8  # as after a backlog of quick items
+    assert worker.run() == 0
+    assert WorkItem.objects.filter(run_id__in=[r.pk for r in runs], attempts__gt=0).count() == 0  # none redelivered
+    assert WorkflowRun.objects.filter(pk__in=[r.pk for r in runs], status="completed").count() == 40
+    assert_settled()

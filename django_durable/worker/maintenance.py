@@ -65,6 +65,7 @@ class Maintenance(threading.Thread):
                     continue  # the database was away a moment ago: back off, do not storm it
                 try:
                     talked = self._beat(claim, now)  # whether this turn spoke to the database
+                    talked = self._beat_others(claim, now) or talked
                     if now >= next_report:
                         next_report, talked = now + self.presence.interval, True
                         self.presence.report(claim)
@@ -115,6 +116,27 @@ class Maintenance(threading.Thread):
             workpool.check_cancel(claim)
             return True
         return False
+
+    def _beat_others(self, current, now: float) -> bool:
+        """Renew, every heartbeat, the leases of the claims the worker holds besides the one in
+        flight: those of a batch taken ahead or ended and not written yet, and those it could not
+        hand back. Each lives milliseconds unless the database is away: then, as the one in flight,
+        they must outlive the outage, not be taken back as a lost worker's. Return whether it
+        asked the database anything."""
+        asked, claims = False, self.worker.claims_held()
+        kept = {claim.token for claim in claims}
+        for token in [token for token in self.beats if token not in kept]:  # ended: forget them
+            del self.beats[token]
+            self.polls.pop(token, None)
+        for claim in claims:
+            if claim is current or claim.lost:
+                continue
+            last = self.beats.setdefault(claim.token, now)
+            if now - last >= self.heartbeat:
+                self.beats[claim.token] = now
+                workpool.renew(claim)
+                asked = True
+        return asked
 
     def _fire_timers(self, now: float) -> None:
         """Fire the due timers and schedules; look again when the next is due, or a poll later."""

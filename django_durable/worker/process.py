@@ -188,9 +188,9 @@ class Worker:
     # -- the main loop ---------------------------------------------------------------------------
 
     def _chain(self) -> workpool.ClaimRequest | None:
-        """What to claim in the statement that ends the current item: nothing once stopping, or
-        in batches (claim_many claims the next ones)."""
-        if self._stopping.is_set() or self._size > 1:
+        """What to claim in the statement that ends the current item: nothing once stopping, in
+        batches (claim_many claims the next ones), or while claims taken ahead wait their turn."""
+        if self._stopping.is_set() or self._size > 1 or self._held:
             return None
         return workpool.ClaimRequest(self.name, self.queues, self._avoid())
 
@@ -235,15 +235,16 @@ class Worker:
         """Write the completions waiting in the batch, in one statement (workpool.finish_runs)."""
         if not self._batch:
             return
-        batch, self._batch = self._batch, []
+        batch = list(self._batch)
         try:
             finals = workpool.finish_runs(batch)
         except DB_ERRORS:
-            # Not written: hand the runs back (fenced), so that they go again, as after any
-            # failed end; they ran, so a second run of theirs is the at-least-once the docs say.
+            # Not written: kept, and written once the database answers, while the heartbeat
+            # renews their claims (an outage is not a lost worker). A claim lost meanwhile is
+            # found so by the fenced write, and its run goes again: at least once.
             close_connection(self.db)
-            self._unreleased.extend(ending.claim for ending in batch)
             raise
+        self._batch = []
         for ending, final in finals:
             if final is None:
                 self._unreleased.append(ending.claim)
@@ -382,6 +383,15 @@ class Worker:
     def current_claim(self) -> workpool.Claim | None:
         with self._current_lock:
             return self._current
+
+    def claims_held(self) -> list[workpool.Claim]:
+        """Every claim this worker holds besides none: the one in flight, those taken ahead, those
+        ended in a batch not written yet, and those to hand back (the heartbeat renews them all)."""
+        held = [*list(self._held), *(ending.claim for ending in list(self._batch)), *list(self._unreleased)]
+        if self._next is not None:
+            held.append(self._next)
+        current = self.current_claim()
+        return [current, *held] if current is not None else held
 
     def abandon_and_exit(self, why: str, *, replace: bool = False) -> None:
         """Release the run in flight (fenced) so another worker resumes it now, then end this process.

@@ -387,20 +387,19 @@ _claim_many_sql: dict = {}
 # are named by `= ANY(ARRAY(...))`, which PostgreSQL may plan as a scan of the whole table while
 # the table looks small (a fresh install, never analyzed), and a prepared statement keeps its plan
 # as the table grows: with sequential scans off, each is planned as a lookup through its index
-# whatever the statistics say (tests/test_plans.py). The claim is committed without waiting for
-# its WAL (claim_many says why that loses nothing).
+# whatever the statistics say (tests/test_plans.py).
 _INDEXED = ("SET LOCAL enable_seqscan TO off", [])
-_RELAXED = ("SET LOCAL synchronous_commit TO off", [])
 
 
 def claim_many(params: ClaimParams, tokens: list) -> list[tuple[Claimed, object]]:
     """Claim up to len(tokens) ready items (queries.CLAIM_MANY), each with its own token; return
     (the claim, its token) of each, in claim order. Only where batches() allows.
 
-    Committed without waiting for its WAL to reach the disk (synchronous_commit off, for this
-    transaction alone): a claim lost to a crash of the server is an item never claimed, which
-    the next claim takes, and no outcome is written before the WAL of this claim is flushed with
-    its own. BEGIN, the settings, the claim and COMMIT go in one pipeline: one round trip.
+    Committed as every claim is, synchronously: a claim committed without waiting for its WAL
+    (tried) is lost with a primary that dies before its synchronous standby has it, and the
+    worker that ran the item then finds its claim gone (tests/harness/failover.py saw it); one
+    claim per batch made it worth nothing measurable. BEGIN, the setting, the claim and COMMIT go
+    in one pipeline: one round trip.
     """
     db, k = params.db, len(tokens)
     key = (db, tuple(params.queues or ()), clock.now_sql("postgresql"), k)
@@ -416,7 +415,7 @@ def claim_many(params: ClaimParams, tokens: list) -> list[tuple[Claimed, object]
         sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select), list(pick_params))
     sql, pick_params = sql
     values = [*pick_params, list(tokens), params.worker, params.lease, params.worker]
-    rows = _in_transaction(db, [_RELAXED, _INDEXED], sql, values, all_rows=True)
+    rows = _in_transaction(db, [_INDEXED], sql, values, all_rows=True)
     return [(ClaimRow._make(row[:-1]).claimed(), row[-1]) for row in rows]
 
 

@@ -342,6 +342,8 @@ def main(argv=None) -> int:
         lost = [line for line in text.splitlines() if "was lost" in line or "lost its claim" in line]
         if replaced > 0 or lost:
             violations["worker lost or replaced"] = [f"{replaced} processes replaced", *lost[:5]]
+        if os.environ.get("DURABLE_FAILOVER_LOG"):  # where to keep the workers' log, to read it after
+            Path(os.environ["DURABLE_FAILOVER_LOG"]).write_text(text)
         total = sum(len(v) for v in violations.values())
         kinds = Counter(kind for kind, _ in runs.values())
         print(json.dumps({"runs": len(runs), "by_kind": kinds, "atomic_rows": sum(rows.values()),
