@@ -54,6 +54,7 @@ DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 1.0))
 DURABLE_LISTEN_NOTIFY = os.environ.get("DURABLE_LISTEN_NOTIFY", "1") == "1"  # bench/producers.py
+DURABLE_CLAIM_BATCH = int(os.environ.get("DURABLE_CLAIM_BATCH", 64))
 if os.environ.get("DURABLE_BENCH_DIRECT_URL"):  # DATABASE_URL is a transaction pooler: listen around it
     DATABASES["direct"] = {**environ.Env.db_url_config(os.environ["DURABLE_BENCH_DIRECT_URL"]),
                            "TEST": {"MIRROR": "default"}}

@@ -20,7 +20,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     # With a backlog of quick items, how many a worker claims (and ends) in one statement at most,
     # on PostgreSQL; 1: one at a time always (see docs/performance.md, "Batches").
-    "CLAIM_BATCH": 16,
+    "CLAIM_BATCH": 64,
     # Claims of one work item whose worker died before the item ends `failed`.
     "MAX_DELIVERIES": 5,
     # Seconds a stopping worker lets its in-flight step finish before releasing it.

@@ -10,7 +10,9 @@ file exists, else create it) and ``chance:P`` (go on with the remaining actions 
 P, for random fault soaks). With ``@step_key`` the fault fires only at that step.
 
 Points: after_claim_commit, before_step_call, after_step_return, before_checkpoint_commit,
-after_checkpoint_commit, before_terminal_commit, after_heartbeat, sweeper_after_select.
+after_checkpoint_commit, before_terminal_commit, after_terminal_commit (a run's end committed,
+its reply not yet seen: ``raise`` there is a reply lost after COMMIT), after_heartbeat,
+sweeper_after_select.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ POINTS = frozenset(
         "before_checkpoint_commit",
         "after_checkpoint_commit",
         "before_terminal_commit",
+        "after_terminal_commit",
         "after_heartbeat",
         "sweeper_after_select",
     }

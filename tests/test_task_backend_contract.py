@@ -366,3 +366,40 @@ def test_several_workers_run_each_task_once(start_worker):
     assert all(default_task_backend.get_result(r.id).status == TaskResultStatus.SUCCESSFUL for r in results)
     assert all(ledger.count(key, "started") == 1 for key in keys)
     assert_settled()
+
+
+# -- what django-ox documents beyond: a reply lost after COMMIT, a dead connection ----------------
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_reply_lost_after_the_end_committed_leaves_the_task_successful_and_run_once(start_worker, tmp_path):
+    """The statement that ends the task commits, then the worker sees an error instead of its reply
+    (fault after_terminal_commit): it does not run the task again, and goes on with the next."""
+    key, after = str(uuid.uuid4()), str(uuid.uuid4())
+    result = test_tasks.record.enqueue(key)
+    worker = start_worker(faults=f"after_terminal_commit=once:{tmp_path / 'lost'}+raise")
+    test_tasks.record.enqueue(after)
+    assert worker.wait(60) == 0, worker.log()
+    assert (tmp_path / "lost").exists()  # the fault fired
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert ledger.count(key, "ran") == 1 and ledger.count(after, "ran") == 1
+    assert_settled()
+
+
+@pytest.mark.postgres
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_worker_whose_connection_dies_reconnects_and_the_task_ends_successful(start_worker, tmp_path):
+    """The worker's connection is terminated by the server just after its claim committed: the
+    worker reconnects, the task ends SUCCESSFUL (run again if its end was lost: at least once),
+    and the worker was neither replaced nor counted as lost."""
+    key = str(uuid.uuid4())
+    result = test_tasks.record.enqueue(key)
+    worker = start_worker(faults=f"after_claim_commit=once:{tmp_path / 'cut'}+terminate")
+    assert worker.wait(90) == 0, worker.log()
+    assert (tmp_path / "cut").exists()
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert 1 <= ledger.count(key, "ran") <= 2
+    assert "was lost" not in worker.log() and worker.log().count("started (queues") == 1
+    assert_settled()

@@ -273,6 +273,8 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
                 endings.cascade(claim.run_id, final, descendants, db=claim.db)
     if not final:
         return None
+    if faults.active:
+        faults.hit("after_terminal_commit")
     if committed is not None:
         committed()
     if final != endings.UNCHANGED:
@@ -304,6 +306,8 @@ def finish_runs(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
     for ending in batch:
         ending.claim.ending = True
     ended = postgres.finish_runs(batch)
+    if faults.active:
+        faults.hit("after_terminal_commit")
     finals = []
     for ending in batch:
         claim, final = ending.claim, ended.get(ending.claim.item_id)
