@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, default=500, help="W3's items")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--systems", default="", help="only these systems (comma-separated names; default all)")
     parser.add_argument("--no-analyze", action="store_true",
                         help="every workload without an ANALYZE first (W5-fresh is W5 without it in any case)")
     args = parser.parse_args()
@@ -108,7 +109,10 @@ def main() -> None:
     if unknown := set(workloads) - set(sizes):
         parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
     base = os.environ["DATABASE_URL"]
-    systems = [s for s in SYSTEMS if Path(s[1]).exists()]
+    chosen = [name for name in args.systems.split(",") if name]
+    if unknown := set(chosen) - {s[0] for s in SYSTEMS}:
+        parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
+    systems = [s for s in SYSTEMS if Path(s[1]).exists() and (not chosen or s[0] in chosen)]
     missing = [s[0] for s in SYSTEMS if not Path(s[1]).exists()]
     if missing:
         print(f"left out (no virtual environment; run scripts/bench-peers.sh): {', '.join(missing)}", file=sys.stderr)

@@ -230,7 +230,9 @@ class TasksSoak:
             type=WorkflowEvent.Type.WORKER_LOST).values_list("run_id", "at")))}
         for at, pid, held in self.kills:
             for run_id in held:
-                again = runs[run_id][4]  # its last claim: the one after the kill (or a later one)
+                finished, again = runs[run_id][3], runs[run_id][4]  # its end; its last claim
+                if finished is not None and finished.timestamp() <= at and run_id not in lost_at:
+                    continue  # it ended between the look at its claims and the kill: nothing to take back
                 if again is None or again.timestamp() < at:
                     violations["a killed process's tasks were claimed again within the lease"].append(
                         f"run {run_id} of killed process {pid} was not claimed again")
