@@ -10,8 +10,9 @@ kills also meet claims taken in batches). Then it drains, stops the workers and 
 
 - every task enqueued ended SUCCESSFUL, and nothing is left claimed or queued;
 - every task ran at least once, and a task that ran twice had a run in a killed process;
-- a task held by a killed process was claimed again within the lease (the supervisor takes the
-  dead process's claims back at once; the reaper would within a lease and a reaper interval);
+- every task taken back (a "worker lost" entry in its trail) was a killed process's, taken back
+  within the lease of the kill (the supervisor does it at once; the reaper would a lease and a
+  reaper interval later);
 - and it reports tasks/s, the kills, the reclaim times (slowest against the lease) and the latency
   from enqueue to finished, p50 and p95, quiet and under chaos.
 
@@ -225,23 +226,23 @@ class TasksSoak:
                 violations["a task run twice had a run in a killed process"].append(
                     f"{key} ran {len(pids)} times, in processes {pids}, none of them killed")
         twice = sum(1 for pids in ran.values() if len(pids) > 1)
+        # What the killed processes held, as the database says: the supervisor takes a dead
+        # process's claims back at once, the reaper a lease later, and each item so taken back
+        # gets a "worker lost" entry naming its worker. (A look at the claims from outside, just
+        # before the kill, races with the process ending or giving back what it held.)
+        kill_at = {f"{socket.gethostname()}:{pid}": at for at, pid, _ in self.kills}
         reclaims = []
-        lost_at = {str(run_id): at for run_id, at in retrying(lambda: list(WorkflowEvent.objects.filter(
-            type=WorkflowEvent.Type.WORKER_LOST).values_list("run_id", "at")))}
-        for at, pid, held in self.kills:
-            for run_id in held:
-                finished, again = runs[run_id][3], runs[run_id][4]  # its end; its last claim
-                if finished is not None and finished.timestamp() <= at and run_id not in lost_at:
-                    continue  # it ended between the look at its claims and the kill: nothing to take back
-                if again is None or again.timestamp() < at:
-                    violations["a killed process's tasks were claimed again within the lease"].append(
-                        f"run {run_id} of killed process {pid} was not claimed again")
-                    continue
-                reclaim = (lost_at[run_id].timestamp() if run_id in lost_at else again.timestamp()) - at
-                reclaims.append(reclaim)
-                if reclaim > LEASE:
-                    violations["a killed process's tasks were claimed again within the lease"].append(
-                        f"run {run_id} of killed process {pid} was taken back {reclaim:.1f} s after the kill")
+        for run_id, at, data in retrying(lambda: list(WorkflowEvent.objects.filter(
+                type=WorkflowEvent.Type.WORKER_LOST).values_list("run_id", "at", "data"))):
+            killed_at = kill_at.get(data.get("worker"))
+            if killed_at is None:
+                violations["a killed process's tasks were claimed again within the lease"].append(
+                    f"run {run_id} taken back from {data.get('worker')!r}, which was not killed")
+                continue
+            reclaims.append(at.timestamp() - killed_at)
+            if reclaims[-1] > LEASE:
+                violations["a killed process's tasks were claimed again within the lease"].append(
+                    f"run {run_id} of killed process {data.get('worker')} taken back {reclaims[-1]:.1f} s after the kill")
         left = retrying(lambda: list(WorkItem.objects.exclude(status__in=["completed", "failed", "cancelled"])
                                      .values_list("id", "status")))
         if left or drained is None:
@@ -268,7 +269,7 @@ class TasksSoak:
             "tasks finished per second under chaos": f"{len(window) / max(1e-9, ended - self.chaos_from):.1f}",
             "worker processes SIGKILLed": len(self.kills),
             "kills that met tasks in flight": sum(1 for _, _, held in self.kills if held),
-            "tasks held by a killed process": sum(len(held) for _, _, held in self.kills),
+            "tasks taken back from killed processes": len(reclaims),
             "reclaim after a kill, median / slowest (lease)": (
                 f"{statistics.median(reclaims):.2f} / {max(reclaims):.2f} s ({LEASE:g} s)" if reclaims else "—"),
             "tasks run twice (each in a killed process)": twice,
