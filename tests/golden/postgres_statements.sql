@@ -691,13 +691,10 @@ item AS (
 )
 SELECT count(*), max(created_at), max(updated_at) FROM run;
 
--- name: claim several items (a batch), statement 1 of 3 (0 parameters)
-SET LOCAL synchronous_commit TO off;
-
--- name: claim several items (a batch), statement 2 of 3 (0 parameters)
+-- name: claim several items (a batch), statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;
 
--- name: claim several items (a batch), statement 3 of 3 (4 parameters)
+-- name: claim several items (a batch), statement 2 of 2 (4 parameters)
 WITH picked AS (
     SELECT p.id, row_number() OVER () AS n FROM (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED) AS p
 ),
