@@ -172,9 +172,22 @@ FROM fence CROSS JOIN given LEFT JOIN durable_workflow_run AS r ON r.id = given.
 
 CLAIM = "WITH {claim_ctes} {claim_select}"
 
+# The "wake" transition of a run's advance item (WorkItemQuerySet.wake in SQL), shared by the
+# endings: a finished item is made ready now, one being processed is flagged to go again when it
+# ends, a pending one stays as it is. The runs are those whose id is {runs} ("= (SELECT ...)" of
+# one run, "= ANY(ARRAY(SELECT ...))" of several); {when} narrows it.
+WAKE = """
+    UPDATE durable_work_item AS a
+    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
+        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
+        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
+    WHERE a.run_id {runs} AND a.kind = 'advance'{when}
+    RETURNING 1
+"""
+
 # -- claiming and ending in batches -----------------------------------------------------------------
 # With a backlog, a worker claims several items in one statement and ends the runs it completed
-# in one statement (worker/batches.py says when). Each item keeps its own token (the i-th of the
+# in one statement (worker/process.py says when). Each item keeps its own token (the i-th of the
 # array given, `picked.n`) and its own lease; every write after is fenced item by item, as a
 # claim of one. Rows are named by `= ANY(ARRAY(SELECT ...))`, never by a join, for the reason
 # this module begins with: a lookup through the index whatever the statistics say.
@@ -243,14 +256,8 @@ unneeded AS (
             WHERE x.run_id = f.run_id AND x.kind = 'step' AND x.status = 'pending' OFFSET 0) AS b))
     RETURNING 1
 ),
-parent AS (
-    UPDATE durable_work_item AS a
-    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
-        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    WHERE a.run_id = ANY(ARRAY(SELECT parent_id FROM done WHERE parent_id IS NOT NULL)) AND a.kind = 'advance'
-    RETURNING 1
-),
+parent AS (""" + WAKE.format(runs="= ANY(ARRAY(SELECT parent_id FROM done WHERE parent_id IS NOT NULL))",
+                             when="", now="{now}") + """),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
     WHERE id = ANY(ARRAY(
@@ -361,19 +368,6 @@ timers AS (
 )"""
 
 # -- what each ending adds ------------------------------------------------------------------------
-# The "wake" transition of a run's advance item (WorkItemQuerySet.wake in SQL), shared by the
-# endings below: a finished item is made ready now, one being processed is flagged to go again
-# when it ends, a pending one stays as it is. The run is the column {run} of the part {source}
-# (one row at most); {when} narrows it.
-WAKE = """
-    UPDATE durable_work_item AS a
-    SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
-        wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
-    WHERE a.run_id = (SELECT {run} FROM {source}) AND a.kind = 'advance'{when}
-    RETURNING 1
-"""
-
 
 # A run's end (after END_FENCE with 'completed'): the SQL twin of endings.record_end, the one
 # place every other ender ends a run (tests/test_endings.py drives both). Its outcome, unless a
@@ -400,7 +394,7 @@ unneeded AS (
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
-parent AS (""" + WAKE.format(source="done", run="parent_id", when="", now="{now}") + """),
+parent AS (""" + WAKE.format(runs="= (SELECT parent_id FROM done)", when="", now="{now}") + """),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
     WHERE id IN (SELECT t.id FROM durable_timer AS t
@@ -446,7 +440,7 @@ stopped AS (
                 AND o.status = 'pending'
     RETURNING 1
 ),
-woke AS (""" + WAKE.format(source="fence", run="run_id", now="{now}",
+woke AS (""" + WAKE.format(runs="= (SELECT run_id FROM fence)", now="{now}",
                              when="\n      AND (%s OR (SELECT remaining FROM grp) <= 0)") + ")"
 FINISH_BRANCH_OUTCOMES = ("(SELECT pg_notify('durable_work', '') FROM woke LIMIT 1)",)
 FINISH_BRANCH_TOUCHES = ("w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance'",)  # the run, woken

@@ -33,6 +33,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.harness import stop
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 LEASE = 3.0
 KINDS = ["steps", "atomic", "retry", "sleep", "signals", "fanout", "parent", "saga"]
@@ -232,13 +234,7 @@ class Soak:
         for thread in threads:
             thread.join(timeout=120)
         drained_in = self.drain()
-        for supervisor in self.supervisors:
-            supervisor.send_signal(signal.SIGTERM)
-        for supervisor in self.supervisors:
-            try:
-                supervisor.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(supervisor.pid, signal.SIGKILL)
+        stop(self.supervisors)
         report = Checker(self).check(drained_in)
         print(report.table())
         return 1 if report.violations_total() else 0

@@ -39,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from tests.harness import stop
 from tests.harness.chaos import LEASE, Postgres, SoakError, environment, on_own_server, retrying, setup_django
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,13 +105,7 @@ class TasksSoak:
         ended = time.time()
         drained = self.drain()
         self.damage()
-        for supervisor in self.supervisors:
-            supervisor.send_signal(signal.SIGTERM)
-        for supervisor in self.supervisors:
-            try:
-                supervisor.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(supervisor.pid, signal.SIGKILL)
+        stop(self.supervisors)
         figures, violations = self.check(began, ended, drained)
         print(self.table(figures, violations))
         return 1 if any(violations.values()) else 0
