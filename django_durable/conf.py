@@ -109,7 +109,18 @@ def get(name: str) -> Any:
     return getattr(django_settings, f"DURABLE_{name}", DEFAULTS[name])
 
 
+@cache
+def vendor(db: str) -> str:
+    """The vendor of the database alias `db` ("postgresql", "sqlite"): read once per alias, for
+    the paths that choose their SQL per item (Django's connections[db] is a thread-local lookup)."""
+    from django.db import connections
+
+    return connections[db].vendor
+
+
 @receiver(setting_changed)
 def _clear_cache(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith("DURABLE_"):
         get.cache_clear()
+    elif setting == "DATABASES":
+        vendor.cache_clear()

@@ -142,7 +142,7 @@ class Claim:
 
 
 def _backend(db: str):
-    return postgres if connections[db].vendor == "postgresql" else sqlite
+    return postgres if conf.vendor(db) == "postgresql" else sqlite
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db import connections, transaction
+from django.db import transaction
 
-from .. import clock, registry, serialization, signals
+from .. import clock, conf, registry, serialization, signals
 from ..exceptions import Cancelled
 from ..models import Timer, WorkflowRun, WorkItem
 from .wakeups import announce_end, notify, wake
@@ -157,7 +157,7 @@ def cancel_branches(pk, db: str) -> None:
 def cancel_timers(pk, db: str) -> None:
     """The run's pending timers never fire."""
     timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
-    if connections[db].vendor == "postgresql":
+    if conf.vendor(db) == "postgresql":
         # A timer being fired holds its lock and waits for the item we hold: skip it, it can
         # only wake a finished run.
         timers = Timer.objects.using(db).filter(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Coalesce
 
@@ -40,7 +40,7 @@ def reap(*, db: str, batch: int = 100) -> int:
     max_deliveries = int(conf.get("MAX_DELIVERIES"))
     with transaction.atomic(using=db):
         qs = WorkItem.objects.using(db).expired()
-        if connections[db].vendor == "postgresql":
+        if conf.vendor(db) == "postgresql":
             qs = qs.select_for_update(skip_locked=True, no_key=True)
         rows = [Expired._make(row) for row in qs.values_list("id", *Expired._fields[1:])[:batch]]
         if not rows:

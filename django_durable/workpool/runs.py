@@ -15,7 +15,7 @@ import json
 import uuid
 from typing import Any, NamedTuple
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
 from .. import clock, conf, partitioning, serialization, telemetry
@@ -66,7 +66,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         **_subject_fields(definition, subject),
     )
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
-            and definition.timeout is None and subject is None and connections[db].vendor == "postgresql":
+            and definition.timeout is None and subject is None and conf.vendor(db) == "postgresql":
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:
@@ -215,7 +215,7 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
     """
     for first in range(0, len(runs), START_MANY_BATCH):
         batch = runs[first:first + START_MANY_BATCH]
-        if connections[db].vendor == "postgresql":
+        if conf.vendor(db) == "postgresql":
             arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
             inputs = json.dumps([run.input for run in batch])
             _insert(db, queries.START_MANY, [*arrays, inputs], skip_existing=skip_existing,

@@ -55,7 +55,7 @@ def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
     """
     with transaction.atomic(using=db):
         due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
-        if connections[db].vendor == "postgresql":
+        if conf.vendor(db) == "postgresql":
             due = due.select_for_update(skip_locked=True, no_key=True)
         timers = list(due.order_by("fire_at").values("id", "run_id", "kind")[:batch])
         if not timers:
@@ -84,7 +84,7 @@ def next_timer_in(*, db: str) -> float | None:
     earliest = Timer.objects.using(db).filter(status=Timer.Status.PENDING).aggregate(at=Min("fire_at"))["at"]
     if earliest is None:
         return None
-    if connections[db].vendor == "postgresql" and not clock.is_frozen():
+    if conf.vendor(db) == "postgresql" and not clock.is_frozen():
         with connections[db].cursor() as cursor:
             cursor.execute("SELECT EXTRACT(EPOCH FROM %s - statement_timestamp())", [earliest])
             return float(cursor.fetchone()[0])
