@@ -194,8 +194,19 @@ def two_people(ctx):
 def test_describe_shows_the_approval():
     assert durable.describe(two_people)["shape"] == [
         {"type": "approval", "key": "payout", "approvers": "group finance", "quorum": 2}]
-    # Approvers known only at run time (the workflow's arguments) show as "?".
+    # The workflow's arguments with defaults take them; given, the input's.
     assert durable.describe("tests.refund_approval")["shape"][0] == {
+        "type": "approval", "key": "refund", "approvers": "permission testapp.approve_refund", "quorum": 1}
+    assert durable.describe("tests.refund_approval", quorum=2, timeout=60)["shape"][0] == {
+        "type": "approval", "key": "refund", "approvers": "permission testapp.approve_refund", "quorum": 2,
+        "timeout": 60.0}
+
+    # Approvers known only at run time (from data) show as "?".
+    @durable.workflow("tests.approvals.from_data")
+    def from_data(ctx, who, how_many, hours):
+        return ctx.wait_for_approval("refund", approvers=who, quorum=how_many, timeout=hours)
+
+    assert durable.describe(from_data)["shape"][0] == {
         "type": "approval", "key": "refund", "approvers": "?", "quorum": "?", "timeout": True}
 
 

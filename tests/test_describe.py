@@ -137,3 +137,69 @@ def test_a_tasks_definition_is_its_function():
     assert described["shape"] == [{"type": "call", "function": "tests.testapp.tasks.meaning_of_life"}]
     listed = next(d for d in durable.workflows() if d["name"] == name)
     assert listed["input"] == [] and listed["shape"] == described["shape"]
+
+
+@durable.workflow("tests.describe.defaults")
+def review_flow(ctx, order_id, hours=48, express=False):
+    """A wait whose timeout comes from a defaulted argument, and a branch on the input."""
+    import datetime as dt
+
+    ctx.step("load", label, order_id)
+    ctx.wait_for_signal("reviewed", timeout=dt.timedelta(hours=hours))
+    if express:
+        ctx.step("express", ship_express, order_id)
+    ctx.sleep("cool-off", hours * 60)
+    ctx.step("close", label, order_id)
+
+
+def test_describe_gives_parameters_their_defaults_and_takes_an_input():
+    shape = durable.describe(review_flow)["shape"]
+    # Without input, hours takes its default: the wait is described, not the end of the shape.
+    assert [node["type"] for node in shape] == ["step", "signal", "sleep", "step"]
+    assert shape[1] == {"type": "signal", "name": "reviewed", "timeout": 48 * 3600.0}
+    assert shape[2] == {"type": "sleep", "key": "cool-off", "seconds": 48 * 60.0}
+
+    given = durable.describe("tests.describe.defaults", order_id=7, hours=1, express=True)["shape"]
+    assert [node.get("key", node.get("name")) for node in given] == ["load", "reviewed", "express", "cool-off", "close"]
+    assert given[1]["timeout"] == 3600.0
+    assert durable.describe(review_flow)["shape"] == shape  # the input did not change the default recording
+
+    with pytest.raises(durable.InvalidArguments, match="'colour'"):
+        durable.describe(review_flow, colour="red")
+
+
+def test_a_timeout_from_data_is_still_shown_as_one():
+    @durable.workflow("tests.describe.data_timeout")
+    def data_timeout(ctx, hours):  # no default: "some" data
+        ctx.wait_for_signal("go", timeout=hours)
+        ctx.step("after", label, 1)
+
+    assert durable.describe(data_timeout)["shape"] == [
+        {"type": "signal", "name": "go", "timeout": True},
+        {"type": "step", "key": "after", "function": "tests.test_describe.label"}]
+
+
+@pytest.mark.django_db
+def test_the_api_the_command_and_the_admin_describe_for_an_input(admin_user, admin_client):
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    url = "/api/durable/workflows/definitions/tests.describe.defaults/describe/"
+    answer = client.post(url, {"kwargs": {"express": True, "hours": 2}}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert [node["type"] for node in answer.json()["shape"]] == ["step", "signal", "step", "sleep", "step"]
+    assert answer.json()["shape"][1]["timeout"] == 7200.0
+    refused = client.post(url, {"kwargs": {"colour": "red"}}, format="json")
+    assert refused.status_code == 400 and "colour" in refused.content.decode()
+    assert client.post("/api/durable/workflows/definitions/no.such/describe/", {}, format="json").status_code == 404
+
+    out = io.StringIO()
+    call_command("durable", "describe", "tests.describe.defaults", "--kwargs", '{"hours": 1}', stdout=out)
+    assert "    wait for signal reviewed (timeout 3600 s)" in out.getvalue()
+
+    page = admin_client.get("/admin/django_durable/definition/tests.describe.defaults/",
+                            {"input": '{"express": true}'}).content.decode()
+    assert "<code>express</code>" in page and "timeout 172800 s" in page
+    plain = admin_client.get("/admin/django_durable/definition/tests.describe.defaults/").content.decode()
+    assert "<code>express</code>" not in plain
+    wrong = admin_client.get("/admin/django_durable/definition/tests.describe.defaults/", {"input": "[1]"})
+    assert "errornote" in wrong.content.decode()

@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "patched", "since", "approval", "subject",
                                "view", "async"}
 
 
@@ -92,6 +92,15 @@ def test_describe_shows_every_branch_of_the_switch():
     assert list(branches) == ["premium", "standard", "manual-review"]
     assert [(node["type"], node["key"]) for node in branches["premium"]] == [("step", "express")]
     assert [(node["type"], node["key"]) for node in branches["manual-review"]] == [("step", "flag")]
+
+
+def test_describe_for_an_input_takes_the_defaults_and_the_input():
+    namespace = run_example("describe-input", ship_express=recorded("ship_express"))
+    describe = namespace["durable"].describe
+    assert describe("orders.review")["shape"] == [{"type": "signal", "name": "reviewed", "timeout": 172800.0}]
+    given = describe("orders.review", hours=1, express=True)["shape"]
+    assert [(node["type"], node.get("timeout")) for node in given] == [("signal", 3600.0), ("step", None)]
+    assert given[1]["key"] == "express"
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

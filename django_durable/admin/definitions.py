@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin
 from django.http import Http404
 from django.template.response import TemplateResponse
@@ -9,6 +11,8 @@ from django.urls import path, reverse
 
 from .. import registry
 from ..catalog import definition_data, workflows
+from ..engine.describe import describe
+from ..exceptions import InvalidArguments
 from ..models import Definition
 from .base import PageAdmin
 
@@ -30,8 +34,19 @@ class DefinitionAdmin(PageAdmin):
         definition = registry.find(workflow)
         if definition is None:
             raise Http404(f"No workflow is registered under the name {workflow!r}.")
+        data = definition_data(definition)
+        text, problem = request.GET.get("input", "").strip(), ""
+        if text and definition.kind != "task":  # the shape for this input (durable.describe(name, **input))
+            try:
+                given = json.loads(text)
+                if not isinstance(given, dict):
+                    raise ValueError("the input is a JSON object of the workflow's keyword arguments")
+                data["shape"] = describe(definition.name, **given)["shape"]
+            except (ValueError, InvalidArguments) as exc:
+                problem = str(exc)
         return TemplateResponse(request, "admin/django_durable/definition.html", self.page_context(
-            request, definition.name, definition=definition_data(definition), runs_url=self._runs_url()))
+            request, definition.name, definition=data, runs_url=self._runs_url(), input=text,
+            input_problem=problem))
 
     def _runs_url(self) -> str:
         return reverse(f"{self.admin_site.name}:django_durable_workflowrun_changelist")

@@ -225,6 +225,22 @@ class StartSerializer(StrictSerializer):
         return data
 
 
+class DescribeSerializer(StrictSerializer):
+    kwargs = serializers.DictField(child=serializers.JSONField(allow_null=True), required=False, default=dict,
+                                   help_text="The input to describe the shape for; parameters left out take "
+                                             "their defaults.")
+
+
+class ShapeSerializer(serializers.Serializer):
+    """durable.describe(workflow, **input): the shape of a run started with that input."""
+
+    workflow = serializers.CharField()
+    kind = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    shape = serializers.ListField(child=serializers.DictField())
+    problems = serializers.ListField(child=serializers.CharField())
+
+
 class SignalSerializer(StrictSerializer):
     hint = ' Send the value under "payload": {"payload": {"approved": false}}.'
 

@@ -32,12 +32,14 @@ from .serializers import (
     ApprovalSerializer,
     DecideSerializer,
     DefinitionSerializer,
+    DescribeSerializer,
     ErrorBodySerializer,
     EventSentSerializer,
     EventSerializer,
     RunSerializer,
     RunSummarySerializer,
     ScheduleSerializer,
+    ShapeSerializer,
     SignalSentSerializer,
     SignalSerializer,
     StartSerializer,
@@ -294,7 +296,7 @@ class DefinitionViewSet(DurableView, viewsets.ViewSet):
 
     lookup_field = "name"
     lookup_value_regex = r"[^/]{1,200}"
-    required_permissions = {"list": "view_workflowrun", "retrieve": "view_workflowrun"}
+    required_permissions = {"list": "view_workflowrun", "retrieve": "view_workflowrun", "describe": "view_workflowrun"}
 
     @document(responses={200: DefinitionSerializer(many=True), **errors_for()})
     def list(self, request):
@@ -313,6 +315,21 @@ class DefinitionViewSet(DurableView, viewsets.ViewSet):
         if definition is None:
             raise exceptions.NotFound(f"No workflow is registered under the name {name[:80]!r}.")
         return Response(DefinitionSerializer(definition_data(definition)).data)
+
+    @document(request=DescribeSerializer, responses={200: ShapeSerializer, **errors_for(400, 404)})
+    @action(detail=True, methods=["post"])
+    def describe(self, request, name=None):
+        """The shape of a run started with the given input (durable.describe(workflow, **kwargs)):
+        a branch on the input goes its way, a wait's timeout from the input shows its seconds."""
+        from .. import registry
+        from ..engine.describe import describe
+
+        definition = registry.find(name)
+        if definition is None:
+            raise exceptions.NotFound(f"No workflow is registered under the name {name[:80]!r}.")
+        body = DescribeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(ShapeSerializer(describe(definition.name, **body.validated_data["kwargs"])).data)
 
 
 class EventView(DurableView, APIView):

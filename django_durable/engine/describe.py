@@ -155,8 +155,7 @@ class Recorder:
             node["atomic"] = True
         if retry is not None:
             node["max_attempts"] = retry.max_attempts
-        if timeout is not None:
-            node["timeout"] = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else float(timeout)
+        node.update(_timeout(timeout))
         if compensate is not None:
             node["compensate"] = _name(compensate)
         self._use(key, f"ctx.step() of {node['function']}")
@@ -180,7 +179,8 @@ class Recorder:
 
     def sleep(self, key, duration):
         self._use(key, "ctx.sleep()")
-        self.nodes.append({"type": "sleep", "key": str(key)})
+        seconds = _seconds(duration)
+        self.nodes.append({"type": "sleep", "key": str(key), **({} if seconds is None else {"seconds": seconds})})
 
     def sleep_until(self, key, when):
         self._use(key, "ctx.sleep_until()")
@@ -188,7 +188,7 @@ class Recorder:
 
     def wait_for_signal(self, name, timeout=None, *, key=None):
         self._use(key or self._auto(f"signal:{name}"), f"ctx.wait_for_signal({str(name)!r})")
-        self.nodes.append({"type": "signal", "name": str(name), **({"timeout": True} if timeout else {})})
+        self.nodes.append({"type": "signal", "name": str(name), **_timeout(timeout)})
         return Unknown(f"signal {name}")
 
     def wait_for_event(self, name, match=None, timeout=None, *, key=None, since=None):
@@ -196,7 +196,7 @@ class Recorder:
         node = {"type": "event", "name": str(name)}
         if match:
             node["match"] = sorted(str(field) for field in match)
-        self.nodes.append(node)
+        self.nodes.append({**node, **_timeout(timeout)})
         return Unknown(f"event {name}")
 
     def wait_for_approval(self, key, *, approvers, timeout=None, quorum=1, message="", data=None):
@@ -206,7 +206,7 @@ class Recorder:
             self.problems.append(Problem(problem, True))
         node = {"type": "approval", "key": str(key), "approvers": _approvers_text(approvers),
                 "quorum": quorum if type(quorum) is int else "?"}
-        self.nodes.append({**node, **({"timeout": True} if timeout else {})})
+        self.nodes.append({**node, **_timeout(timeout)})
         return Unknown(f"approval {key}")
 
     # -- branching and telling ----------------------------------------------------------------------
@@ -312,7 +312,7 @@ def problems(workflow) -> list[Problem]:
     return [] if definition.kind == "task" else _recorded(definition.fn, definition.name).problems
 
 
-def describe(workflow) -> dict:
+def describe(workflow, /, **input) -> dict:
     """The static shape of a registered workflow (a name or the function), as JSON-ready data.
 
     ``{"workflow", "description", "shape": [nodes in order], "problems": [messages]}``: what a run
@@ -321,22 +321,33 @@ def describe(workflow) -> dict:
     sleep, signal, event, switch, map, parallel, child, emit, rollback, stop; a task's one node
     is a ``call``) and what is known of it. No step, branch or child runs: see this module's docstring for what a shape can and
     cannot show.
+
+    ``input``: the workflow's keyword arguments for this shape (the shape of a run started with
+    them: a branch on them goes their way); a parameter not given takes its default, and one with
+    no default stands for "some" data. An argument the workflow does not take raises InvalidArguments.
     """
     definition = registry.get(workflow)
     if definition.kind == "task":  # one call of the task's function, retried as a whole
         function = definition.fn.task.func
         return {"workflow": definition.name, "kind": "task", "description": inspect.getdoc(function) or "",
                 "shape": [{"type": "call", "function": _name(function)}], "problems": []}
-    recorder = _recorded(definition.fn, definition.name)
+    if input:
+        recorder = Recorder(definition.name)
+        code = getattr(definition.fn, "__wrapped__", definition.fn)
+        arguments = _stand_ins(code, input)
+        _run(recorder, lambda: call_workflow(code, recorder, arguments["args"], arguments["kwargs"]))
+    else:
+        recorder = _recorded(definition.fn, definition.name)
     return {"workflow": definition.name, "kind": definition.kind, "description": inspect.getdoc(definition.fn) or "",
             "shape": recorder.nodes, "problems": [problem.message for problem in recorder.problems]}
 
 
 @lru_cache(maxsize=1024)
 def _recorded(fn, name: str) -> Recorder:
-    """The Recorder that ran the workflow function `fn` once: a process's code does not change under
-    it, so the system checks, the catalog, the admin and the API share one recording (keyed by the
-    function, so a workflow registered anew under the same name is recorded anew)."""
+    """The Recorder that ran the workflow function `fn` once, with its defaults: a process's code
+    does not change under it, so the system checks, the catalog, the admin and the API share one
+    recording (keyed by the function, so a workflow registered anew under the same name is
+    recorded anew)."""
     recorder = Recorder(name)
     code = getattr(fn, "__wrapped__", fn)
     arguments = _stand_ins(code)
@@ -344,19 +355,53 @@ def _recorded(fn, name: str) -> Recorder:
     return recorder
 
 
-def _stand_ins(fn) -> dict:
-    """An Unknown for each parameter after the context (none for *args and **kwargs)."""
+def _stand_ins(fn, given: dict | None = None) -> dict:
+    """The arguments of a describing run, for each parameter after the context: the value given,
+    else its default, else an Unknown (none for *args and **kwargs, unless given)."""
+    from ..exceptions import InvalidArguments
+
+    given = dict(given or {})
     try:
         parameters = list(inspect.signature(fn).parameters.values())[1:]
     except (TypeError, ValueError):
-        return {"args": [], "kwargs": {}}
-    args, kwargs = [], {}
+        return {"args": [], "kwargs": given}
+    args, kwargs, takes_more = [], {}, False
     for parameter in parameters:
+        if parameter.kind is parameter.VAR_KEYWORD:
+            takes_more = True
+            continue
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            continue
+        if parameter.name in given and parameter.kind is not parameter.POSITIONAL_ONLY:
+            kwargs[parameter.name] = given.pop(parameter.name)
+            continue
+        value = Unknown(parameter.name) if parameter.default is parameter.empty else parameter.default
         if parameter.kind is parameter.POSITIONAL_ONLY:
-            args.append(Unknown(parameter.name))
-        elif parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
-            kwargs[parameter.name] = Unknown(parameter.name)
+            args.append(value)
+        else:
+            kwargs[parameter.name] = value
+    if given and not takes_more:
+        raise InvalidArguments(f"The workflow takes no argument {', '.join(map(repr, sorted(given)))}.")
+    kwargs.update(given)
     return {"args": args, "kwargs": kwargs}
+
+
+def _seconds(value) -> float | None:
+    """A duration the shape can show (a number of seconds or a timedelta), else None."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _timeout(value) -> dict:
+    """A wait's timeout in its node: its seconds where known (an input's default), True where it
+    comes from data, nothing without one."""
+    if value is None:
+        return {}
+    seconds = _seconds(value)
+    return {"timeout": True if seconds is None else seconds}
 
 
 def _name(fn) -> str:

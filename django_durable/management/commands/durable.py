@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_durable import catalog, conf, schedules, serialization, services, stats
 from django_durable.exceptions import (
     DurableError,
+    InvalidArguments,
     InvalidTransition,
     NotSerializable,
     PayloadTooLarge,
@@ -120,6 +121,12 @@ class Command(BaseCommand):
 
         listed = commands.add_parser("workflows", help="the registered workflows and tasks, with their shapes")
         listed.add_argument("--json", action="store_true")
+
+        described = commands.add_parser("describe", help="a workflow's shape for an input (parameters left out "
+                                                         "take their defaults)")
+        described.add_argument("workflow")
+        described.add_argument("--kwargs", dest="keywords", default="{}", help="the input, a JSON object")
+        described.add_argument("--json", action="store_true")
 
     def handle(self, *args, command, **options):
         self.by = f"cli:{_login()}"
@@ -330,6 +337,25 @@ class Command(BaseCommand):
             for problem in definition.get("problems", []):
                 self.stdout.write(f"    problem: {problem}")
 
+    def do_describe(self, *, workflow, keywords, json, **_):
+        from django_durable.engine.describe import describe
+
+        keywords = _json(keywords, "--kwargs")
+        if not isinstance(keywords, dict):
+            raise ValueError("--kwargs must be a JSON object.")
+        try:
+            data = describe(workflow, **keywords)
+        except InvalidArguments as exc:
+            raise ValueError(str(exc)) from None
+        if json:
+            self._json_out(data)
+            return
+        self.stdout.write(f"{data['workflow']}  ({data['kind']})")
+        for line in shape_lines(data["shape"], "    "):
+            self.stdout.write(line)
+        for problem in data["problems"]:
+            self.stdout.write(f"    problem: {problem}")
+
     def do_stats(self, *, json, **_):
         data = stats.summary()
         if json:
@@ -386,7 +412,10 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
             lines.append(f"{indent}step {node['key']}: {node['function']}"
                          + (f" (compensated by {node['compensate']})" if node.get("compensate") else ""))
         elif kind in ("signal", "event", "emit"):
-            lines.append(f"{indent}{'emit' if kind == 'emit' else 'wait for ' + kind} {node['name']}")
+            timeout = node.get("timeout")
+            lines.append(f"{indent}{'emit' if kind == 'emit' else 'wait for ' + kind} {node['name']}"
+                         + ("" if timeout is None else " (with a timeout)" if timeout is True
+                            else f" (timeout {timeout:g} s)"))
         elif kind == "switch":
             lines.append(f"{indent}switch {node['key']}:")
             for branch in node["branches"]:
