@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     # After how many seconds without a report a worker counts as gone: the admin marks it
     # stale, and warns on every durable page when no worker is live.
     "WORKER_STALE_SECONDS": 60.0,
+    # `durable health` and GET /durable/health/: a queue whose oldest ready item has waited longer
+    # than this (seconds) is unhealthy.
+    "HEALTH_MAX_LAG_SECONDS": 300.0,
     # How long finished runs are kept before the prune deletes them (a workflow's own
     # retention= wins): a timedelta or seconds.
     "RETENTION": 30 * 24 * 3600.0,

@@ -29,7 +29,7 @@ LAYERS = [
     {"engine", "engine.*"},
     {"services", "services.*", "schedules", "tasks", "catalog", "checks", "replaycheck", "export", "retention",
      "stats", "subjects"},
-    {"", "apps", "testing", "pytest_plugin", "urls", "views", "metrics", "admin", "admin.*", "api", "api.*",
+    {"", "apps", "testing", "pytest_plugin", "urls", "views", "metrics", "health", "admin", "admin.*", "api", "api.*",
      "worker", "worker.*", "management", "management.*", "templatetags", "templatetags.*"},
 ]
 

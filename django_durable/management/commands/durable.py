@@ -39,6 +39,7 @@ from django_durable.humanize import duration, relative, short_id
 from django_durable.models import Schedule, WorkflowRun
 
 REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
+UNHEALTHY = 1  # durable health: a check failed (a probe's failure)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -121,6 +122,16 @@ class Command(BaseCommand):
 
         listed = commands.add_parser("workflows", help="the registered workflows and tasks, with their shapes")
         listed.add_argument("--json", action="store_true")
+
+        healthy = commands.add_parser("health", help="probes for orchestrators: exit 0 healthy, 1 not "
+                                                     "(--probe ready: database and migrations; live: a worker "
+                                                     "on this host reports; all: also workers and lag per queue)")
+        healthy.add_argument("--probe", choices=["all", "ready", "live"], default="all")
+        healthy.add_argument("--queue", dest="queues", action="append", help="check this queue (repeat; default: "
+                                                                              "every queue in use)")
+        healthy.add_argument("--max-lag", type=float, help="seconds the oldest ready item may wait "
+                                                           "(default DURABLE_HEALTH_MAX_LAG_SECONDS)")
+        healthy.add_argument("--json", action="store_true")
 
         described = commands.add_parser("describe", help="a workflow's shape for an input (parameters left out "
                                                          "take their defaults)")
@@ -336,6 +347,19 @@ class Command(BaseCommand):
                 self.stdout.write(line)
             for problem in definition.get("problems", []):
                 self.stdout.write(f"    problem: {problem}")
+
+    def do_health(self, *, probe, queues, max_lag, json, **_):
+        from django_durable import health
+
+        data = health.report(probe, queues=queues, max_lag=max_lag)
+        if json:
+            self._json_out(data)
+        else:
+            for line in health.as_text(data):
+                self.stdout.write(line)
+        if not data["ok"]:
+            raise CommandError(f"unhealthy ({', '.join(c['name'] for c in data['checks'] if not c['ok'])})",
+                               returncode=UNHEALTHY)
 
     def do_describe(self, *, workflow, keywords, json, **_):
         from django_durable.engine.describe import describe
