@@ -91,6 +91,7 @@ __all__ = [
     "describe",
     "ensure_schedule",
     "force_fail",
+    "fork",
     "get_run",
     "recover",
     "release_claim",
@@ -115,7 +116,7 @@ _LAZY = {
     name: "services"
     for name in (
         "start", "start_many", "start_run", "wait", "start_and_wait", "get_run", "signal", "emit_event", "cancel", "retry_rollback",
-        "retry_run", "force_fail", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim", "recover",
+        "retry_run", "force_fail", "fork", "skip_step", "edit_step_result", "wake", "duplicate", "release_claim", "recover",
         "runs_for", "astart", "await_result",
     )
 }

@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "patched", "since", "approval", "subject",
                                "view", "async"}
 
 
@@ -101,6 +101,27 @@ def test_describe_for_an_input_takes_the_defaults_and_the_input():
     given = describe("orders.review", hours=1, express=True)["shape"]
     assert [(node["type"], node.get("timeout")) for node in given] == [("signal", 3600.0), ("step", None)]
     assert given[1]["key"] == "express"
+
+
+def test_fork_runs_the_fixed_step_again_and_keeps_the_one_before():
+    fixed = []
+
+    def send_invoice(order_id, total):
+        ledger.record(order_id, "send")
+        if not fixed:
+            raise durable.NonRetryableError("the template is broken")
+        return f"sent {total}"
+
+    namespace = run_example("fork", compute_total=recorded("compute_total"), send_invoice=send_invoice)
+    run = durable.start("orders.invoice", order_id=7)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "failed"
+    fixed.append(True)  # the fix is deployed
+    fork = namespace["send_again"](run.pk)
+    assert (fork.forked_from, fork.forked_at_step) == (run.pk, "send")
+    drain()
+    assert WorkflowRun.objects.get(pk=fork.pk).get_result() == "sent compute_total"
+    assert ledger.counts(7) == {"compute_total": 1, "send": 2}  # the total was not computed again
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

@@ -76,6 +76,11 @@ def _duplicate(run, data, by):
     return f"Duplicated as run {copy.pk}"
 
 
+def _fork(run, data, by):
+    fork = services.fork(run.pk, from_step=data["from_step"], by=by)
+    return f"Forked at step {data['from_step']!r} as run {fork.pk}"
+
+
 ACTIONS = {
     action.name: action
     for action in [
@@ -108,6 +113,10 @@ ACTIONS = {
                           "child running): its advance is given back, and a worker replays it from the journal."),
         RunAction("duplicate", "Duplicate", "start_workflowrun", forms.NoForm, _duplicate,
                   explain="Starts a new run of the same workflow with the same input, queue and priority."),
+        RunAction("fork", "Fork from a step", "start_workflowrun", forms.ForkForm, _fork,
+                  explain="Starts a new run of the same workflow and input whose journal is this run's up to the "
+                          "step you choose: the steps before it are copied, not run again; it and those after it "
+                          "run on the code installed now (after a fix, say). The new run links back to this one."),
     ]
 }
 

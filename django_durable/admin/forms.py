@@ -63,6 +63,16 @@ class StepForm(forms.Form):
         self.fields["key"].widget.attrs.update({"list": "durable-step-keys", "size": 60, "autocomplete": "off"})
 
 
+class ForkForm(forms.Form):
+    from_step = forms.ChoiceField(label="From the step", help_text=(
+        "The new run copies the journal before this step; this step and those after it run on the code "
+        "installed now."))
+
+    def __init__(self, *args, steps=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["from_step"].choices = [(key, f"{seq}. {key} ({kind}, {status})") for seq, key, kind, status in steps]
+
+
 class SuggestingInput(forms.TextInput):
     """A text input offering `suggestions` (a <datalist>) while taking any text."""
 

@@ -364,7 +364,9 @@ class WorkflowRunAdmin(DurableAdmin):
                 step.status == Step.Status.FAILED if run.is_finished else step.status != Step.Status.COMPLETED)
             step.can_edit = not said and step.status == Step.Status.COMPLETED and step.kind not in (
                 Step.Kind.SLEEP, Step.Kind.PARALLEL)
+            step.can_fork = step.key not in branch_keys
         error = run.get_error() if payloads and run.error else None
+        buttons = self._buttons(request, run)
         context = self.page_context(
             request, f"{run.workflow} {display.short_id(run.pk)}",
             run=run, original=run, payloads=payloads,
@@ -385,10 +387,11 @@ class WorkflowRunAdmin(DurableAdmin):
                           .order_by("created_at")[:100]),
             items=items[:200],
             events=self._history(run, payloads),
-            buttons=self._buttons(request, run),
+            buttons=buttons,
             can_wake=self.has_custom_permission(request, "wake_workflowrun") and not run.is_finished,
             can_skip=self.has_custom_permission(request, "skipstep_workflowrun") and run.status != Status.COMPLETED,
             can_edit=self.has_custom_permission(request, "editstep_workflowrun"),
+            can_fork=any(button["name"] == "fork" for button in buttons),
             can_delete=self.has_delete_permission(request, run),
             now=now,
         )
@@ -428,6 +431,14 @@ class WorkflowRunAdmin(DurableAdmin):
             rows.append(("Idempotency key", run.idempotency_key))
         if run.parent_id:
             rows.append(("Parent run", format_html('<a href="{}">{}</a>', self._url(run.parent_id), run.parent_id)))
+        if run.forked_from:
+            rows.append(("Forked from", format_html('<a href="{}">{}</a> at step <code>{}</code>',
+                                                    self._url(run.forked_from), run.forked_from, run.forked_at_step)))
+        forks = list(WorkflowRun.objects.filter(forked_from=run.pk).order_by("created_at")
+                     .values_list("pk", "forked_at_step", "status")[:20])
+        if forks:
+            rows.append(("Forks", format_html_join(", ", '<a href="{}">{}</a> at <code>{}</code> ({})', (
+                (self._url(pk), display.short_id(pk), step, status) for pk, step, status in forks))))
         return display.definition_list(rows)
 
     def _payload(self, text, name: str, full: str):
@@ -470,6 +481,7 @@ class WorkflowRunAdmin(DurableAdmin):
             "signal": not run.is_finished,
             "wake": not run.is_finished,
             "duplicate": registry.find(run.workflow) is not None,
+            "fork": getattr(registry.find(run.workflow), "kind", "task") != "task" and run.started_at is not None,
         }
         return [
             {"name": name, "title": ACTIONS[name].title, "url": self._url(run.pk, name),
@@ -497,12 +509,16 @@ class WorkflowRunAdmin(DurableAdmin):
             steps = steps.filter(status=Step.Status.COMPLETED) if action == "edit-step" else \
                 steps.exclude(status=Step.Status.COMPLETED)
             keys = list(steps.values_list("key", flat=True)[:200])
-        initial = {key: request.GET[key] for key in ("key", "timer") if key in request.GET}
+        initial = {key: request.GET[key] for key in ("key", "timer", "from_step") if key in request.GET}
         if action == "edit-step" and "key" in initial:
             current = Step.objects.filter(run=run, key=initial["key"]).values_list("result", flat=True).first()
             if current is not None and self.can_see_payloads(request):
                 initial["result"] = display.pretty_json(current, limit=None)[0]
         form_kwargs = {"keys": keys} if spec.form is forms.StepForm else {}
+        if spec.form is forms.ForkForm:  # the journal's own entries, not the branches of its fan-outs
+            branches = set(WorkItem.objects.filter(run=run, kind=WorkItem.Kind.STEP).values_list("step_key", flat=True))
+            form_kwargs = {"steps": [row for row in Step.objects.filter(run=run).order_by("seq")
+                                     .values_list("seq", "key", "kind", "status")[:500] if row[1] not in branches]}
         if spec.form is forms.SignalForm:
             form_kwargs = {"awaited": catalog.awaited_signals(run.workflow)}
         if request.method == "POST":
@@ -515,10 +531,11 @@ class WorkflowRunAdmin(DurableAdmin):
                 else:
                     self.log_change(request, run, what)
                     self.message_user(request, f"{what}.", messages.SUCCESS)
-                    if action == "duplicate":
-                        copy = WorkflowEvent.objects.filter(run=run, type=WorkflowEvent.Type.DUPLICATED) \
+                    if action in ("duplicate", "fork"):  # to the new run
+                        kind = WorkflowEvent.Type.DUPLICATED if action == "duplicate" else WorkflowEvent.Type.FORKED
+                        copy = WorkflowEvent.objects.filter(run=run, type=kind) \
                             .order_by("-id").values_list("data", flat=True).first()
-                        return HttpResponseRedirect(self._url(copy["duplicate"]))
+                        return HttpResponseRedirect(self._url(copy[action]))
                     return HttpResponseRedirect(self._url(run.pk))
         else:
             form = spec.form(initial=initial, **form_kwargs)

@@ -108,6 +108,9 @@ class RunSerializer(RunSummarySerializer):
     notes = serializers.SerializerMethodField()
     journal = serializers.SerializerMethodField()
     warning = serializers.SerializerMethodField()
+    forked_from = serializers.UUIDField(allow_null=True, help_text="The run this one was forked from (durable.fork()).")
+    forked_at_step = serializers.CharField(help_text="The step of that run it was forked from; empty: not a fork.")
+    forks = serializers.SerializerMethodField()
 
     def _payloads(self) -> bool:
         return bool(self.context.get("payloads"))
@@ -120,6 +123,12 @@ class RunSerializer(RunSummarySerializer):
 
     def get_waiting_on(self, run) -> str:
         return run.current_waiting_on()
+
+    @extend_schema_field({"type": "array", "items": {"type": "string", "format": "uuid"},
+                          "description": "The runs forked from this one (the first 100)."})
+    def get_forks(self, run) -> list:
+        return [str(pk) for pk in WorkflowRun.objects.using(run._state.db or "default").filter(forked_from=run.pk)
+                .order_by("created_at").values_list("pk", flat=True)[:100]]
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_payload_visible(self, run) -> bool:
@@ -223,6 +232,11 @@ class StartSerializer(StrictSerializer):
         if data.get("run_at") is not None and data.get("delay") is not None:
             raise serializers.ValidationError({"delay": ["Give run_at or delay, not both."]})
         return data
+
+
+class ForkSerializer(StrictSerializer):
+    from_step = serializers.CharField(max_length=255, help_text="The key of the step to fork from: the journal "
+                                                                "before it is copied, it and the rest run anew.")
 
 
 class DescribeSerializer(StrictSerializer):

@@ -25,6 +25,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from .. import catalog, conf, schedules, services
+from ..exceptions import StepNotFound
 from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
@@ -36,6 +37,7 @@ from .serializers import (
     ErrorBodySerializer,
     EventSentSerializer,
     EventSerializer,
+    ForkSerializer,
     RunSerializer,
     RunSummarySerializer,
     ScheduleSerializer,
@@ -177,9 +179,9 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
     required_permissions = {
         "list": "view_workflowrun", "retrieve": "view_workflowrun", "result": "view_workflowrun",
         "create": "start_workflowrun", "destroy": "cancel_workflowrun", "signal": "signal_workflowrun",
-        "retry": "retry_workflowrun",
+        "retry": "retry_workflowrun", "fork": "start_workflowrun",
     }
-    throttle_scopes = {"create": "start", "signal": "signal", "destroy": "cancel"}
+    throttle_scopes = {"create": "start", "fork": "start", "signal": "signal", "destroy": "cancel"}
 
     def get_queryset(self):
         return scoped(self.request, WorkflowRun.objects.using(conf.get("DATABASE")).all())
@@ -289,6 +291,22 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         """Run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked one."""
         run = self.get_object()
         return self.represent(services.retry_run(run.pk, by=self.by()), status.HTTP_202_ACCEPTED)
+
+
+    @document(request=ForkSerializer, responses={201: RunSerializer, **errors_for(400, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def fork(self, request, pk=None):
+        """Start a new run of this run's workflow and input from one of its steps (durable.fork()):
+        the journal before the step is copied, not run again; the step and the rest run on the code
+        installed now. 409 where the copy would be unsafe (a branch of a fan-out, a fan-out or child
+        still running before it), with the reason."""
+        run = self.get_object()
+        data = _valid(ForkSerializer, request)
+        try:
+            fork = services.fork(run.pk, from_step=data["from_step"], by=self.by())
+        except StepNotFound as exc:
+            raise exceptions.ValidationError({"from_step": [str(exc)]}, code="unknown_step") from None
+        return self.represent(fork, status.HTTP_201_CREATED)
 
 
 class DefinitionViewSet(DurableView, viewsets.ViewSet):

@@ -158,6 +158,7 @@ class WorkflowEvent(models.Model):
     class Type(models.TextChoices):
         STARTED = "started", "Started"
         DUPLICATED = "duplicated", "Duplicated"
+        FORKED = "forked", "Forked"
         CANCELLED = "cancelled", "Cancel requested"
         RETRIED = "retried", "Retried from the last checkpoint"
         FORCE_FAILED = "force_failed", "Forced to fail"

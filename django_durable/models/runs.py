@@ -211,6 +211,13 @@ class WorkflowRun(models.Model):
         db_default=EPOCH, editable=False,
         help_text="Where runs are partitioned: the time in the run's id (its partition); 1970 otherwise.",
     )
+    # durable.fork(): the run whose journal this one's began with, up to the step it was forked
+    # from. Its id, not a foreign key, as `parent` is not: the source may be pruned first.
+    forked_from = models.UUIDField(null=True, blank=True, editable=False,
+                                   help_text="The run this one was forked from (durable.fork()).")
+    forked_at_step = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False,
+                                      help_text="The step of the source run this one was forked from: "
+                                                "it and the steps after it ran on this run's code.")
     # The model row the run is about (start(..., subject=order)): a generic relation, so deleting
     # the row leaves its runs (their `subject` is then None; `subject_label` still names it).
     # No constraint and no cascade: the content types may live on another database than the durable
@@ -255,6 +262,8 @@ class WorkflowRun(models.Model):
             # durable.runs_for(obj) and the runs shown on a model's admin page.
             models.Index(fields=["subject_type", "subject_id", "-created_at"], condition=Q(subject_id__isnull=False),
                          name="durable_run_subject"),
+            # A run's forks (durable.fork()), on its page: only forked runs are in it.
+            models.Index(fields=["forked_from"], condition=Q(forked_from__isnull=False), name="durable_run_forks"),
         ]
         permissions = [
             ("view_payload_workflowrun", "Can view the inputs, results and errors of workflow runs"),

@@ -6,7 +6,7 @@ RunFinished, ...) before they change it. The changes themselves are the workpool
 workers and the engine call too.
 """
 
-from .control import cancel, duplicate, force_fail, recover, release_claim, retry_rollback, retry_run, wake
+from .control import cancel, duplicate, force_fail, fork, recover, release_claim, retry_rollback, retry_run, wake
 from .messages import emit_event, signal
 from .runs import (
     astart,
@@ -24,6 +24,6 @@ from .runs import (
 from .steps import edit_step_result, skip_step
 
 __all__ = [
-    "astart", "await_result", "cancel", "create_run", "duplicate", "edit_step_result", "emit_event", "force_fail", "get_run", "recover", "release_claim",
+    "astart", "await_result", "cancel", "create_run", "duplicate", "edit_step_result", "fork", "emit_event", "force_fail", "get_run", "recover", "release_claim",
     "resolve_run_id", "retry_rollback", "retry_run", "runs_for", "signal", "skip_step", "start", "start_and_wait", "start_many", "start_run", "wait", "wake",
 ]

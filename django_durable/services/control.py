@@ -1,4 +1,4 @@
-"""Operator actions on a run's life: cancel, force fail, retry, retry the rollback, wake, recover, duplicate.
+"""Operator actions on a run's life: cancel, force fail, retry, retry the rollback, wake, recover, duplicate, fork.
 
 Each takes the run's locks in the workers' order (item, then run), checks the run's state,
 changes it in one transaction with an entry in the run's audit trail, and raises a
@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 
 from .. import clock, conf, ids, registry, serialization, workpool
 from ..workpool import endings, evidence, locking
-from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished
+from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished, StepNotFound
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from .locks import lock_run, lock_unfinished
 from ..workpool.runs import advance_item, create_run, set_deadline
@@ -302,6 +302,83 @@ def duplicate(run_id, *, by: str | None = None) -> WorkflowRun:
         WorkflowEvent.record(source.pk, EventType.DUPLICATED, by=by, message=f"Duplicated as run {run.pk}.",
                              data={"duplicate": str(run.pk)}, db=db)
     return run
+
+
+# What an unfinished entry copied into a fork would be, for the refusal.
+_UNFINISHED = {
+    Step.Kind.PARALLEL: "a fan-out still running", Step.Kind.CHILD: "a child workflow still running",
+    Step.Kind.SIGNAL: "a wait for a signal not over", Step.Kind.EVENT: "a wait for an event not over",
+    Step.Kind.APPROVAL: "an approval not decided", Step.Kind.SLEEP: "a sleep not over",
+}
+
+
+def fork(run_id, *, from_step: str, by: str | None = None) -> WorkflowRun:
+    """Start a new run of the same workflow and input whose journal is the source run's up to the
+    step `from_step` (its key): the entries before it are copied, not run again, and it and
+    everything after it run on the code installed now. Return the new run.
+
+    The copied entries keep their results but not the fingerprints of their calls: the new run's
+    code may call them otherwise (with its own run id, or arguments a fix changed), and what it
+    takes from the copy is the results. The new run names its source (``forked_from``,
+    ``forked_at_step``) and both audit trails say so. Refused (InvalidTransition, with the reason) where the copy would not be a journal a run
+    could have written: the step is a branch of a fan-out (fork from the fan-out's key), or an
+    entry before it is unfinished (a fan-out or a child still running, a wait not over). Raise
+    WorkflowNotFound for an unknown run or workflow, StepNotFound for a key not in its journal.
+    """
+    from ..partitioning.journal import entry_fields
+
+    source = get_run(run_id)
+    definition = registry.get(source.workflow)
+    if definition.kind == "task":
+        raise InvalidTransition(f"Run {source.pk} is a task, which has no journal to fork from: duplicate it instead.")
+    db = conf.get("DATABASE")
+    entries = list(Step.objects.using(db).filter(run_id=source.pk).order_by("seq"))
+    cut = next((entry for entry in entries if entry.key == from_step), None)
+    if cut is None:
+        raise StepNotFound(f"Run {source.pk} has no step {from_step!r} in its journal.")
+    branches = dict(WorkItem.objects.using(db).filter(run_id=source.pk, kind=WorkItem.Kind.STEP)
+                    .values_list("step_key", "group"))
+    if cut.key in branches:
+        raise InvalidTransition(f"Step {cut.key!r} is a branch of the fan-out {branches[cut.key]!r}: fork from "
+                                f"the fan-out ({branches[cut.key]!r}) or a step before it.")
+    copied = [entry for entry in entries if entry.seq < cut.seq]
+    unfinished = [entry for entry in copied if entry.status not in Step.FINAL]
+    if unfinished:
+        first = unfinished[0]
+        raise InvalidTransition(
+            f"Run {source.pk} cannot be forked from {cut.key!r}: {_UNFINISHED.get(first.kind, 'a step not finished')} "
+            f"comes before it ({first.key!r}, {first.status}). Fork from it or an earlier step, or once it is over.")
+    arguments = source.get_input() or {}
+    with transaction.atomic(using=db):
+        run = create_run(definition, arguments.get("args", []), arguments.get("kwargs", {}), queue=source.queue,
+                         priority=source.priority, concurrency_key=source.concurrency_key or None,
+                         subject=source.subject)
+        WorkflowRun.objects.using(db).filter(pk=run.pk).update(forked_from=source.pk, forked_at_step=cut.key)
+        run.forked_from, run.forked_at_step = source.pk, cut.key
+        fields = entry_fields(run.pk, db)
+        Step.objects.using(db).bulk_create([
+            Step(run_id=run.pk, key=entry.key, seq=entry.seq, kind=entry.kind, name=entry.name, status=entry.status,
+                 result=_owned(entry.result, run.pk), error=_owned(entry.error, run.pk), attempts=entry.attempts,
+                 started_at=entry.started_at, finished_at=entry.finished_at, deadline_at=entry.deadline_at,
+                 match=entry.match, remaining=entry.remaining, fingerprint=None, **fields)
+            for entry in copied
+        ])
+        WorkflowEvent.record(run.pk, EventType.FORKED, by=by, data={"source": str(source.pk), "step": cut.key},
+                             message=f"Forked from run {source.pk} at step {cut.key!r}: {len(copied)} journal "
+                                     f"entries copied, the rest runs on the code installed now.", db=db)
+        WorkflowEvent.record(source.pk, EventType.FORKED, by=by, data={"fork": str(run.pk), "step": cut.key},
+                             message=f"Forked at step {cut.key!r} as run {run.pk}.", db=db)
+    return run
+
+
+def _owned(text: str | None, run_id) -> str | None:
+    """A journal value for the run `run_id`: one stored apart (payloads.py) is stored again, as the
+    new run's, so that pruning the source does not take it from the fork."""
+    from .. import payloads
+
+    if text is None or not text.startswith(payloads.PREFIX):
+        return text
+    return serialization.encode(serialization.decode(text), owner=run_id)
 
 
 def release_claim(item_id: int, *, by: str | None = None) -> bool:

@@ -71,6 +71,24 @@ def three_steps(ctx, x=1):
     return [a, b, c]
 
 
+def fixed_later(run_id, fix_path):
+    """A step with a bug until `fix_path` exists (a deploy of the fix): it fails for good before."""
+    ledger.record(run_id, "b")
+    if not os.path.exists(fix_path):
+        raise durable.NonRetryableError("the bug in b")
+    return 10
+
+
+@durable.workflow("tests.fork_me")
+def fork_me(ctx, fix_path):
+    """Fails at step b until its fix is deployed: durable.fork() from b runs b and c again, not a."""
+    a = ctx.step("a", mark, ctx.run_id, "a", 1)
+    ctx.note("after a")
+    b = ctx.step("b", fixed_later, ctx.run_id, fix_path)
+    c = ctx.step("c", mark, ctx.run_id, "c", a + b)
+    return [a, b, c]
+
+
 @durable.workflow("tests.echo")
 def echo(ctx, *args, **kwargs):
     """Takes anything: returns what it was given."""

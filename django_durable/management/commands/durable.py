@@ -123,6 +123,12 @@ class Command(BaseCommand):
         listed = commands.add_parser("workflows", help="the registered workflows and tasks, with their shapes")
         listed.add_argument("--json", action="store_true")
 
+        forked = commands.add_parser("fork", help="a new run of a run's workflow and input from one of its steps: "
+                                                  "the journal before it copied, the rest run on today's code")
+        forked.add_argument("run_id", metavar="RUN_ID")
+        forked.add_argument("--from-step", required=True, metavar="KEY", help="the step's key in the journal")
+        forked.add_argument("--json", action="store_true")
+
         healthy = commands.add_parser("health", help="probes for orchestrators: exit 0 healthy, 1 not "
                                                      "(--probe ready: database and migrations; live: a worker "
                                                      "on this host reports; all: also workers and lag per queue)")
@@ -347,6 +353,10 @@ class Command(BaseCommand):
                 self.stdout.write(line)
             for problem in definition.get("problems", []):
                 self.stdout.write(f"    problem: {problem}")
+
+    def do_fork(self, *, run_id, from_step, json, **_):
+        run = services.fork(run_id, from_step=from_step, by=self.by)
+        self._print_run(run, json)
 
     def do_health(self, *, probe, queues, max_lag, json, **_):
         from django_durable import health
