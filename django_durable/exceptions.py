@@ -151,6 +151,11 @@ class SubjectBusy(DurableError):
         self.run_id = run_id
 
 
+class SingletonBusy(SubjectBusy):
+    """start(..., singleton=key) of a workflow declared singleton_busy="refuse" while a run with that
+    key is unfinished; `run_id` names that run."""
+
+
 class Cancelled(DurableError):
     """The run was cancelled (recorded as its error, with the reason given)."""
 

@@ -37,6 +37,7 @@ class WorkflowDefinition:
     input: Any = None  # a DRF Serializer class, or a callable: validates a run's input (validated())
     one_at_a_time: bool = False  # at most one unfinished run per subject (start(..., subject=obj))
     retention: dt.timedelta | None = None  # how long its finished runs are kept; None: DURABLE_RETENTION
+    singleton_busy: str = "return"  # start(..., singleton=key) while one is unfinished: "return" it, or "refuse"
 
     kind = "workflow"  # or "task": a django.tasks task (tasks.TaskDefinition)
 
@@ -142,6 +143,7 @@ def workflow(
     input: Any = None,
     one_at_a_time: bool = False,
     retention: dt.timedelta | float | None = None,
+    singleton_busy: str = "return",
 ):
     """Register a function as a workflow and return it unchanged.
 
@@ -160,10 +162,14 @@ def workflow(
     a run started for a subject (``start(..., subject=order)``) while another run of this
     workflow for the same subject is unfinished is refused (durable.SubjectBusy). `retention` (a
     timedelta or seconds) is how long its finished runs are kept before the prune deletes them,
-    instead of DURABLE_RETENTION.
+    instead of DURABLE_RETENTION. `singleton_busy` says what ``start(..., singleton=key)`` does
+    while a run of this workflow with that key is unfinished: "return" it (the default), or
+    "refuse" (durable.SingletonBusy).
     """
     if callable(name):
         return workflow()(name)
+    if singleton_busy not in ("return", "refuse"):
+        raise ValueError(f"singleton_busy is 'return' or 'refuse', not {singleton_busy!r}.")
 
     def decorator(fn: Callable) -> Callable:
         definition = WorkflowDefinition(
@@ -180,6 +186,7 @@ def workflow(
             input=input,
             one_at_a_time=bool(one_at_a_time),
             retention=_timedelta(retention, name or fn.__qualname__, "retention"),
+            singleton_busy=singleton_busy,
         )
         register(definition)
         fn.durable_workflow = definition

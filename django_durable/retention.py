@@ -164,6 +164,14 @@ def delete_orphaned_payloads() -> int:
     return payloads.delete(names)
 
 
+def delete_idle_gates() -> int:
+    """Delete the debounce and throttle rows of keys unused for DURABLE_RETENTION; return how many."""
+    from .models import StartGate
+
+    idle = clock.database_now(conf.get("DATABASE")) - default_retention()
+    return StartGate.objects.filter(updated_at__lt=idle).delete()[1].get(StartGate._meta.label, 0)
+
+
 def count(older_than: dt.timedelta | None = None) -> int:
     """How many finished runs prune(older_than) would delete."""
     now = clock.database_now(conf.get("DATABASE"))
@@ -181,6 +189,7 @@ def prune(older_than: dt.timedelta | None = None, batch: int = 1000) -> tuple[in
     events = delete_events(batch)
     delete_orphaned_payloads()
     partitioning.maintain()
+    delete_idle_gates()
     return runs, events
 
 
@@ -201,6 +210,7 @@ def prune_workflow(ctx, batch: int = 1000) -> dict:
     events = ctx.step("events", delete_events, batch)
     ctx.step("orphaned payloads", delete_orphaned_payloads)
     ctx.step("partitions", partitioning.maintain)
+    ctx.step("idle gates", delete_idle_gates)
     return {"runs": runs, "events": events}
 
 

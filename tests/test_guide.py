@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "patched", "since", "approval", "subject",
                                "view", "async"}
 
 
@@ -122,6 +122,16 @@ def test_fork_runs_the_fixed_step_again_and_keeps_the_one_before():
     drain()
     assert WorkflowRun.objects.get(pk=fork.pk).get_result() == "sent compute_total"
     assert ledger.counts(7) == {"compute_total": 1, "send": 2}  # the total was not computed again
+
+
+def test_singleton_debounce_and_throttle_as_the_guide_says():
+    namespace = run_example("gates", index_document=lambda document_id, version: [document_id, version])
+    assert namespace["again"].pk == namespace["first"].pk
+    drain()  # the singleton's run (with its first input); the debounced one waits for quiet
+    assert WorkflowRun.objects.get(pk=namespace["first"].pk).get_result() == [7, 0]
+    last = WorkflowRun.objects.get(pk=namespace["last"].pk)
+    assert last.status == "pending" and last.get_input()["kwargs"] == {"version": 2}
+    assert WorkflowRun.objects.filter(workflow="search.reindex").count() == 3
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

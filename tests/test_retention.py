@@ -60,7 +60,7 @@ def test_the_built_in_prune_runs_as_a_workflow_in_batches(settings):
                   {"seconds": 7 * 86400.0, "workflows": None, "others": ["tests.kept_long", "tests.short_lived"]}]),
         ("expired partitions", []),  # a plain runs table has none
         ("runs 1.1", 0), ("runs 2.1", 1), ("runs 3.1", 2), ("runs 3.2", 2), ("runs 3.3", 1), ("events", 0),
-        ("orphaned payloads", 0), ("partitions", {"made": [], "dropped": []})]  # a plain journal: none
+        ("orphaned payloads", 0), ("partitions", {"made": [], "dropped": []}), ("idle gates", 0)]  # a plain journal: none
     assert not left(old) and left(kept) == set(kept)
 
 
@@ -96,3 +96,19 @@ def test_a_retention_must_be_positive():
     with pytest.raises(ImproperlyConfigured, match="retention='a week'"):
         durable.workflow("tests.badly_kept", retention="a week")(lambda ctx: None)
     assert "tests.never_kept" not in {d.name for d in registry.definitions()}
+
+
+@pytest.mark.django_db
+def test_the_prune_deletes_the_gates_of_keys_unused_for_the_retention():
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_durable.models import StartGate
+    from django_durable.retention import delete_idle_gates
+
+    old = StartGate.objects.create(workflow="w", kind="throttle", key="old")
+    StartGate.objects.create(workflow="w", kind="throttle", key="recent")
+    StartGate.objects.filter(pk=old.pk).update(updated_at=timezone.now() - dt.timedelta(days=400))
+    assert delete_idle_gates() == 1
+    assert list(StartGate.objects.values_list("key", flat=True)) == ["recent"]

@@ -429,6 +429,8 @@ class WorkflowRunAdmin(DurableAdmin):
             rows.append(("Cancel requested", when(run.cancel_requested_at)))
         if run.idempotency_key:
             rows.append(("Idempotency key", run.idempotency_key))
+        if (run.subject_lock or "").startswith("singleton:"):
+            rows.append(("Singleton key", run.subject_lock.partition(":")[2]))
         if run.parent_id:
             rows.append(("Parent run", format_html('<a href="{}">{}</a>', self._url(run.parent_id), run.parent_id)))
         if run.forked_from:

@@ -25,6 +25,7 @@ from ..exceptions import (
     NotSerializable,
     PayloadTooLarge,
     RunFinished,
+    SubjectBusy,
 )
 
 logger = logging.getLogger("django_durable.api")
@@ -88,6 +89,8 @@ def translate(exc: Exception) -> Exception:
         return Conflict(f"The run already ended {exc.status}.", code="run_finished")
     if isinstance(exc, InvalidTransition):
         return Conflict(str(exc), code="invalid_transition")
+    if isinstance(exc, SubjectBusy):  # (singleton_busy="refuse")
+        return Conflict(str(exc), code="busy")
     if isinstance(exc, LookupError) and isinstance(exc, DurableError):  # no such run, step or approval
         return exceptions.NotFound("Not found.", code="not_found")
     if isinstance(exc, PayloadTooLarge):

@@ -210,6 +210,17 @@ class StrictSerializer(serializers.Serializer):
     hint = ""
 
 
+class DebounceSerializer(StrictSerializer):
+    key = serializers.CharField(max_length=200)
+    seconds = serializers.FloatField(min_value=0.001, max_value=366 * 86400)
+
+
+class ThrottleSerializer(StrictSerializer):
+    key = serializers.CharField(max_length=200)
+    limit = serializers.IntegerField(min_value=1, max_value=1_000_000)
+    seconds = serializers.FloatField(min_value=0.001, max_value=366 * 86400)
+
+
 class StartSerializer(StrictSerializer):
     workflow = serializers.CharField(max_length=200, help_text="A registered workflow name.")
     args = serializers.ListField(child=serializers.JSONField(allow_null=True), required=False, default=list)
@@ -221,6 +232,14 @@ class StartSerializer(StrictSerializer):
     priority = serializers.IntegerField(required=False, allow_null=True, min_value=-(2**31), max_value=2**31 - 1)
     concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True,
                                             help_text="Runs of one key share their queue's key_concurrency.")
+    singleton = serializers.CharField(max_length=200, required=False, allow_null=True, help_text=(
+        "At most one unfinished run of the workflow per key: a second start answers 200 with that run "
+        "(409 where the workflow refuses)."))
+    debounce = DebounceSerializer(required=False, allow_null=True, help_text=(
+        "Start once the key has been quiet for `seconds`, with the last call's input; the calls before "
+        "answer 200 with the same pending run."))
+    throttle = ThrottleSerializer(required=False, allow_null=True, help_text=(
+        "At most `limit` runs of the key become ready in any `seconds`; the others are delayed, not dropped."))
 
     def validate_workflow(self, value):
         # Only names in the registry: nothing is imported, and the refused name is not echoed.
@@ -229,8 +248,22 @@ class StartSerializer(StrictSerializer):
         return value
 
     def validate(self, data):
+        from ..services import gates
+
         if data.get("run_at") is not None and data.get("delay") is not None:
             raise serializers.ValidationError({"delay": ["Give run_at or delay, not both."]})
+        if data.get("debounce"):
+            data["debounce"] = (data["debounce"]["key"], data["debounce"]["seconds"])
+        if data.get("throttle"):
+            data["throttle"] = (data["throttle"]["key"], data["throttle"]["limit"], data["throttle"]["seconds"])
+        gated = [name for name in ("singleton", "debounce", "throttle") if data.get(name) is not None]
+        if gated and (data.get("run_at") is not None or data.get("delay") is not None
+                      or data.get("idempotency_key") is not None):
+            raise serializers.ValidationError({gated[0]: ["Give it without run_at, delay or idempotency_key."]})
+        try:
+            gates.options(data.get("singleton"), data.get("debounce"), data.get("throttle"))
+        except ValueError as exc:
+            raise serializers.ValidationError({gated[0] if gated else "non_field_errors": [str(exc)]}) from None
         return data
 
 

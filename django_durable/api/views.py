@@ -51,7 +51,7 @@ UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-f
 ERRORS = {code: OpenApiResponse(ErrorBodySerializer, description=text) for code, text in {
     400: "invalid input (error.code: invalid, invalid_json, unknown_field, unknown_workflow, invalid_arguments, invalid_input, invalid_payload)",
     401: "not authenticated", 403: "not permitted", 404: "no such run, or one this user may not see",
-    409: "the run's state refuses it (run_finished, invalid_transition)", 413: "payload too large",
+    409: "the run's state refuses it (run_finished, invalid_transition), or a singleton's run is unfinished (busy)", 413: "payload too large",
     429: "throttled",
 }.items()}
 
@@ -223,14 +223,16 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
     @document(request=StartSerializer, examples=[OpenApiExample(
         "start", request_only=True,
         value={"workflow": "orders.fulfil", "kwargs": {"order_id": 42}, "idempotency_key": "order-42"})],
-        responses={201: RunSerializer, 200: RunSerializer, **errors_for(400, 413, 429)})
+        responses={201: RunSerializer, 200: RunSerializer, **errors_for(400, 409, 413, 429)})
     def create(self, request):
-        """Start a run. With an idempotency key already used for this workflow: 200 and the first run."""
+        """Start a run. With an idempotency key already used for this workflow, a singleton key whose run is
+        unfinished, or a debounce key whose run waits for quiet: 200 and that run."""
         data = _valid(StartSerializer, request)
         run = services.start_run(
             data["workflow"], data["args"], data["kwargs"], idempotency_key=data.get("idempotency_key"),
             run_at=data.get("run_at"), delay=data.get("delay"), queue=data.get("queue"),
             priority=data.get("priority"), concurrency_key=data.get("concurrency_key"), by=self.by(),
+            singleton=data.get("singleton"), debounce=data.get("debounce"), throttle=data.get("throttle"),
         )
         created = getattr(run, "created_now", True)
         return self.represent(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)

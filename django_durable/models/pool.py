@@ -220,6 +220,33 @@ class QueueState(models.Model):
         return self.name
 
 
+class StartGate(models.Model):
+    """What start(..., debounce=...) and start(..., throttle=...) remember of one key of a workflow
+    (services/gates.py): the run a debounce holds back, the start times a throttle has given out.
+    Its row is locked for the start's transaction, so concurrent starts with one key take turns."""
+
+    class Kind(models.TextChoices):
+        DEBOUNCE = "debounce", "Debounce"
+        THROTTLE = "throttle", "Throttle"
+
+    workflow = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    key = models.CharField(max_length=200)
+    run_id = models.UUIDField(null=True, blank=True, help_text="Debounce: the run waiting for quiet.")
+    starts = models.JSONField(default=list, blank=True,
+                              help_text="Throttle: the start times given out last (ISO 8601), at most its limit.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_start_gate"
+        constraints = [models.UniqueConstraint(fields=["workflow", "kind", "key"], name="durable_start_gate_key")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.workflow} {self.key}"
+
+
 class Timer(models.Model):
     """Something that must happen at a time: wake a sleeping run, retry a step, start a run."""
 

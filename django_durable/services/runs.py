@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import re
 import time
@@ -19,6 +20,7 @@ from ..models import WorkflowEvent, WorkflowRun
 from ..workpool import postgres, queries
 from ..workpool import runs as _runs
 from ..workpool.runs import create_run, subject_key
+from . import gates
 
 logger = logging.getLogger("django_durable")
 
@@ -36,6 +38,9 @@ def start(
     delay: dt.timedelta | float | None = None,
     concurrency_key: str | None = None,
     subject: Any = None,
+    singleton: str | None = None,
+    debounce: tuple | None = None,
+    throttle: tuple | None = None,
     **kwargs: Any,
 ) -> WorkflowRun:
     """Create a run of `workflow` with these arguments and return it (a WorkflowRun).
@@ -50,9 +55,17 @@ def start(
     WorkflowNotFound for an unregistered workflow, NotSerializable or PayloadTooLarge for arguments
     that cannot be stored, ValueError for a bad option, SubjectBusy for a second unfinished run of
     a one_at_a_time workflow for one subject; nothing is written then.
+
+    Gated by a key (one of, services/gates.py): `singleton=key` keeps one unfinished run per key
+    (a second start returns it, or raises SingletonBusy where the workflow says
+    singleton_busy="refuse"); `debounce=(key, period)` starts the run once the key has been quiet
+    for the period (seconds or a timedelta), with the last call's input, every call before that
+    returning the same pending run; `throttle=(key, limit, period)` lets at most `limit` runs of
+    the key become ready in any window of `period`, delaying the others (never dropping them).
     """
     return start_run(workflow, args, kwargs, idempotency_key=idempotency_key, queue=queue, priority=priority,
-                     run_at=run_at, delay=delay, concurrency_key=concurrency_key, subject=subject)
+                     run_at=run_at, delay=delay, concurrency_key=concurrency_key, subject=subject,
+                     singleton=singleton, debounce=debounce, throttle=throttle)
 
 
 def start_many(workflow: str | Callable, calls, /, *, queue: str | None = None,
@@ -82,6 +95,9 @@ def start_run(
     by: str | None = None,
     concurrency_key: str | None = None,
     subject: Any = None,
+    singleton: str | None = None,
+    debounce: tuple | None = None,
+    throttle: tuple | None = None,
 ) -> WorkflowRun:
     """start() with the arguments as a list and a dict, for callers that hold them as data.
 
@@ -103,16 +119,18 @@ def start_run(
         # Counted on the database's clock, like every timer, not this process's.
         seconds = clock.seconds(delay, "delay")
         run_at = clock.database_now(conf.get("DATABASE")) + dt.timedelta(seconds=seconds)
+    gate = gates.options(singleton, debounce, throttle)
+    make = create_run if gate is None else functools.partial(gates.start, gate=gate)
     if by is None:
-        run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                         priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
+        run = make(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
+                   priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
     else:
-
         db = conf.get("DATABASE")
         with transaction.atomic(using=db):
-            run = create_run(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
-                             priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
-            WorkflowEvent.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
+            run = make(definition, list(args), kwargs, idempotency_key=idempotency_key, queue=queue,
+                       priority=priority, run_at=run_at, concurrency_key=concurrency_key, subject=subject)
+            if getattr(run, "created_now", True):
+                WorkflowEvent.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
     warning = unknown_queue(queue)
     if warning:
         run.warning = warning  # shown by the REST API and the command line

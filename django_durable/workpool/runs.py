@@ -28,13 +28,15 @@ from .wakeups import notify
 
 def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, queue=None, priority=None,
                run_id=None, parent_id=None, run_at=None, detached=False, concurrency_key=None,
-               subject=None) -> WorkflowRun:
+               subject=None, lock: str | None = None) -> WorkflowRun:
     """Validate and store a run of `definition` with its work item (and deadline); return it.
 
     A run with a given `run_id` that exists already is returned as it is: a child's id is
     derived from its parent, so starting it again changes nothing. A run with `run_at` waits
     for a timer to start it; one whose `run_at` has passed is ready at once, in its place among
     the ready runs of its priority (ordered by when each became ready: its `run_at`). `subject` (a saved model instance) is what the run is about.
+    `lock` (start(..., singleton=key): "singleton:<key>") makes it the only unfinished run of the
+    workflow with that lock: a second raises SubjectBusy, as one_at_a_time's subject lock does.
     """
     args, kwargs = definition.validated(args, kwargs)
     pk = run_id if run_id is not None else uuid7()
@@ -65,8 +67,10 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None and not due else "",
         **_subject_fields(definition, subject),
     )
+    if lock is not None:
+        run.subject_lock = lock
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
-            and definition.timeout is None and subject is None and conf.vendor(db) == "postgresql":
+            and definition.timeout is None and subject is None and lock is None and conf.vendor(db) == "postgresql":
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:

@@ -31,6 +31,7 @@ from django_durable.exceptions import (
     PayloadTooLarge,
     RunFinished,
     StepNotFound,
+    SubjectBusy,
     WaitTimeout,
     WorkflowFailed,
     WorkflowNotFound,
@@ -58,6 +59,11 @@ class Command(BaseCommand):
         start.add_argument("--priority", type=int)
         start.add_argument("--concurrency-key", help="runs of one key share their queue's key_concurrency")
         start.add_argument("--delay", type=float, help="start in this many seconds")
+        start.add_argument("--singleton", metavar="KEY", help="at most one unfinished run per key")
+        start.add_argument("--debounce", nargs=2, metavar=("KEY", "SECONDS"),
+                           help="start once the key has been quiet this long, with the last input")
+        start.add_argument("--throttle", nargs=3, metavar=("KEY", "LIMIT", "SECONDS"),
+                           help="at most LIMIT runs of the key become ready in any SECONDS")
         start.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the result this long")
         start.add_argument("--json", action="store_true")
 
@@ -154,7 +160,7 @@ class Command(BaseCommand):
         except (WorkflowNotFound, StepNotFound, Schedule.DoesNotExist) as exc:
             raise CommandError(str(exc) if isinstance(exc, DurableError) else "No such schedule.",
                                returncode=NOT_FOUND) from None
-        except (RunFinished, InvalidTransition) as exc:
+        except (RunFinished, InvalidTransition, SubjectBusy) as exc:
             raise CommandError(str(exc), returncode=REFUSED) from None
         except (NotSerializable, PayloadTooLarge, ValueError) as exc:
             raise CommandError(str(exc), returncode=BAD_INPUT) from None
@@ -162,11 +168,14 @@ class Command(BaseCommand):
     # -- runs -------------------------------------------------------------------------------------
 
     def do_start(self, *, workflow, arguments, keywords, idempotency_key, queue, priority, concurrency_key, delay,
-                 wait, json, **_):
+                 wait, json, singleton=None, debounce=None, throttle=None, **_):
         try:
             run = services.start_run(workflow, _json(arguments, "--args"), _json(keywords, "--kwargs"),
                                      idempotency_key=idempotency_key, queue=queue, priority=priority, delay=delay,
-                                     concurrency_key=concurrency_key, by=self.by)
+                                     concurrency_key=concurrency_key, by=self.by, singleton=singleton,
+                                     debounce=debounce and (debounce[0], _number(debounce[1], "--debounce")),
+                                     throttle=throttle and (throttle[0], int(_number(throttle[1], "--throttle")),
+                                                            _number(throttle[2], "--throttle")))
         except TypeError as exc:  # --args not a list, --kwargs not an object
             raise ValueError(str(exc)) from None
         if getattr(run, "warning", None):
@@ -487,6 +496,13 @@ def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
             for s in run.steps.order_by("seq")
         ]
     return data
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{what} takes a number, not {text!r}.") from None
 
 
 def _json(text: str, what: str):
