@@ -39,6 +39,7 @@ from .exceptions import (
     StepNotFound,
     StepTimeout,
     SubjectBusy,
+    UpdateRejected,
     WaitTimeout,
     WorkflowFailed,
     WorkflowNotFound,
@@ -75,6 +76,7 @@ __all__ = [
     "StepNotFound",
     "StepTimeout",
     "SubjectBusy",
+    "UpdateRejected",
     "WaitTimeout",
     "WorkflowFailed",
     "WorkflowNotFound",
@@ -106,6 +108,7 @@ __all__ = [
     "start_and_wait",
     "start_many",
     "start_run",
+    "update",
     "wait",
     "wake",
     "workflow",
@@ -126,6 +129,7 @@ _LAZY = {
 
 _LAZY["ensure_schedule"] = "schedules"
 _LAZY["describe"] = "engine.describe"
+_LAZY["update"] = "services.updates"
 _LAZY["workflows"] = "catalog"
 _LAZY["cancel_runs_on_delete"] = "subjects"
 _LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")

@@ -151,6 +151,14 @@ class SubjectBusy(DurableError):
         self.run_id = run_id
 
 
+class UpdateRejected(DurableError):
+    """The workflow refused an update (update.reject(reason)); `reason` says why."""
+
+    def __init__(self, message: str, reason: str = "", update_id: str | None = None):
+        super().__init__(message)
+        self.reason, self.update_id = reason, update_id
+
+
 class SingletonBusy(SubjectBusy):
     """start(..., singleton=key) of a workflow declared singleton_busy="refuse" while a run with that
     key is unfinished; `run_id` names that run."""

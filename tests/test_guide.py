@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "patched", "since", "approval", "subject",
                                "view", "async"}
 
 
@@ -132,6 +132,29 @@ def test_singleton_debounce_and_throttle_as_the_guide_says():
     last = WorkflowRun.objects.get(pk=namespace["last"].pk)
     assert last.status == "pending" and last.get_input()["kwargs"] == {"version": 2}
     assert WorkflowRun.objects.filter(workflow="search.reindex").count() == 3
+
+
+def test_an_update_is_answered_or_refused_as_the_guide_says():
+    from django_durable.services import updates
+
+    namespace = run_example("update", reserve=lambda item: item)
+    run = durable.start("shop.cart")
+    drain()
+
+    def ask(item):
+        update_id = updates.send(run.pk, "add", item)
+        drain()
+        try:
+            return updates.answer_of(run.pk, update_id, timeout=1)
+        except durable.UpdateRejected as exc:
+            return {"refused": exc.reason}
+
+    assert ask("tea") == {"count": 1}
+    assert ask("tea") == {"refused": "tea is in the cart already"}
+    assert ask("checkout") == {"items": ["tea"]}
+    assert callable(namespace["add_to_cart"])
+    with pytest.raises(durable.RunFinished):
+        namespace["add_to_cart"](run.pk, "jam")
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

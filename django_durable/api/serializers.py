@@ -305,6 +305,20 @@ class SignalSentSerializer(serializers.Serializer):
         "the text): the signal is kept all the same, for a later version of the code. Otherwise null."))
 
 
+class UpdateSerializer(StrictSerializer):
+    hint = ' Send the value under "payload": {"payload": {"quantity": 3}}.'
+
+    payload = serializers.JSONField(required=False, allow_null=True, default=None)
+    wait = serializers.FloatField(required=False, default=None, allow_null=True, min_value=0, help_text=(
+        "Seconds to wait for the answer (capped by DURABLE_API_MAX_WAIT, its default)."))
+
+
+class UpdateAnswerSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The update's id: GET .../updates/{name}/{id}/ asks for its answer again.")
+    status = serializers.ChoiceField(choices=[("answered", "answered"), ("waiting", "waiting")])
+    answer = serializers.JSONField(allow_null=True, help_text="What the workflow answered (null while waiting).")
+
+
 class EventSerializer(StrictSerializer):
     hint = ' Send the value under "payload": {"payload": {"order": 42}}.'
 

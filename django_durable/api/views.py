@@ -44,6 +44,8 @@ from .serializers import (
     ShapeSerializer,
     SignalSentSerializer,
     SignalSerializer,
+    UpdateAnswerSerializer,
+    UpdateSerializer,
     StartSerializer,
 )
 
@@ -179,9 +181,10 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
     required_permissions = {
         "list": "view_workflowrun", "retrieve": "view_workflowrun", "result": "view_workflowrun",
         "create": "start_workflowrun", "destroy": "cancel_workflowrun", "signal": "signal_workflowrun",
-        "retry": "retry_workflowrun", "fork": "start_workflowrun",
+        "retry": "retry_workflowrun", "fork": "start_workflowrun", "send_update": "signal_workflowrun",
+        "update_answer": "view_workflowrun",
     }
-    throttle_scopes = {"create": "start", "fork": "start", "signal": "signal", "destroy": "cancel"}
+    throttle_scopes = {"create": "start", "fork": "start", "signal": "signal", "send_update": "signal", "destroy": "cancel"}
 
     def get_queryset(self):
         return scoped(self.request, WorkflowRun.objects.using(conf.get("DATABASE")).all())
@@ -294,6 +297,43 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         run = self.get_object()
         return self.represent(services.retry_run(run.pk, by=self.by()), status.HTTP_202_ACCEPTED)
 
+
+    @document(request=UpdateSerializer, responses={200: UpdateAnswerSerializer, 202: UpdateAnswerSerializer,
+                                                   **errors_for(400, 404, 409, 413, 429)})
+    @action(detail=True, methods=["post"], url_path=r"updates/(?P<name>[^/]{1,190})")
+    def send_update(self, request, pk=None, name=None):
+        """Ask the run (ctx.wait_for_update(name)) and wait for its answer: 200 with it, 202 with the
+        update's id while it has not answered within `wait` (it stays queued), 409 if the workflow
+        refused it (code update_rejected) or the run ended without answering."""
+        from ..services import updates
+
+        run = self.get_object()
+        data = _valid(UpdateSerializer, request)
+        update_id = updates.send(run.pk, name, data.get("payload"), by=self.by())
+        return self._answer(run, update_id, name, data.get("wait"))
+
+    @document(parameters=[OpenApiParameter("wait", OpenApiTypes.NUMBER, description=(
+        "Seconds to wait for the answer (capped by DURABLE_API_MAX_WAIT); 0 by default."))],
+        responses={200: UpdateAnswerSerializer, 202: UpdateAnswerSerializer, **errors_for(400, 404, 409)})
+    @action(detail=True, methods=["get"], url_path=r"updates/(?P<name>[^/]{1,190})/(?P<update_id>[0-9a-f-]{36})")
+    def update_answer(self, request, pk=None, name=None, update_id=None):
+        """The answer to an update sent before (its id from the 202), waiting up to `wait` seconds."""
+        run = self.get_object()
+        return self._answer(run, update_id, name, _seconds(request.query_params.get("wait", "0")))
+
+    def _answer(self, run, update_id: str, name: str, wait: float | None) -> Response:
+        from ..exceptions import UpdateRejected, WaitTimeout
+        from ..services import updates
+
+        limit = float(conf.get("API_MAX_WAIT"))
+        try:
+            answer = updates.answer_of(run.pk, update_id, timeout=limit if wait is None else min(wait, limit), name=name)
+        except WaitTimeout:
+            return Response(UpdateAnswerSerializer({"id": update_id, "status": "waiting", "answer": None}).data,
+                            status=status.HTTP_202_ACCEPTED)
+        except UpdateRejected as exc:
+            raise errors.Conflict(str(exc), code="update_rejected") from None
+        return Response(UpdateAnswerSerializer({"id": update_id, "status": "answered", "answer": answer}).data)
 
     @document(request=ForkSerializer, responses={201: RunSerializer, **errors_for(400, 404, 409)})
     @action(detail=True, methods=["post"])

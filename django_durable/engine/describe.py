@@ -191,6 +191,11 @@ class Recorder:
         self.nodes.append({"type": "signal", "name": str(name), **_timeout(timeout)})
         return Unknown(f"signal {name}")
 
+    def wait_for_update(self, name, timeout=None, *, key=None):
+        self._use(key or self._auto(f"update:{name}"), f"ctx.wait_for_update({str(name)!r})")
+        self.nodes.append({"type": "update", "name": str(name), **_timeout(timeout)})
+        return _DescribedUpdate(name)
+
     def wait_for_event(self, name, match=None, timeout=None, *, key=None, since=None):
         self._use(key or self._auto(f"event:{name}"), f"ctx.wait_for_event({str(name)!r})")
         node = {"type": "event", "name": str(name)}
@@ -318,7 +323,7 @@ def describe(workflow, /, **input) -> dict:
     ``{"workflow", "description", "shape": [nodes in order], "problems": [messages]}``: what a run
     would fail on, found without one (a key two calls take; approvers naming a permission no
     model declares). Each node has a ``type`` (step,
-    sleep, signal, event, switch, map, parallel, child, emit, rollback, stop; a task's one node
+    sleep, signal, event, update, switch, map, parallel, child, emit, rollback, stop; a task's one node
     is a ``call``) and what is known of it. No step, branch or child runs: see this module's docstring for what a shape can and
     cannot show.
 
@@ -384,6 +389,19 @@ def _stand_ins(fn, given: dict | None = None) -> dict:
         raise InvalidArguments(f"The workflow takes no argument {', '.join(map(repr, sorted(given)))}.")
     kwargs.update(given)
     return {"args": args, "kwargs": kwargs}
+
+
+class _DescribedUpdate:
+    """The update a describing run takes: its payload is data; answering it records nothing."""
+
+    def __init__(self, name):
+        self.name, self.id, self.payload = str(name), "*", Unknown(f"update {name}")
+
+    def answer(self, value=None) -> None:
+        pass
+
+    def reject(self, reason="") -> None:
+        pass
 
 
 def _seconds(value) -> float | None:

@@ -14,6 +14,30 @@ from ..interrupts import Suspend
 
 _CALLS = {"sleep": "sleep", "signal": "wait_for_signal", "event": "wait_for_event", "approval": "wait_for_approval"}
 
+# An update (durable.update()) is a signal of this name prefix to the run, {"id", "payload"}; its
+# answer is the journal entry ANSWER_PREFIX + its id, {"answer": value} or {"rejected": reason}.
+UPDATE_PREFIX = "update:"
+ANSWER_PREFIX = "update-answer:"
+
+
+class Update:
+    """An update a run took with ctx.wait_for_update(): its `name`, `id` and `payload`, and a way
+    to answer it (or refuse it) that is recorded once, however often the run replays."""
+
+    def __init__(self, ctx, name: str, id: str, payload: Any):
+        self._ctx, self.name, self.id, self.payload = ctx, name, id, payload
+
+    def answer(self, value: Any = None) -> None:
+        """Answer the update: durable.update() returns `value` (JSON)."""
+        self._ctx._answer_update(self, {"answer": value})
+
+    def reject(self, reason: str = "") -> None:
+        """Refuse the update: durable.update() raises UpdateRejected with `reason`."""
+        self._ctx._answer_update(self, {"rejected": str(reason)[:2000]})
+
+    def __repr__(self) -> str:
+        return f"<Update {self.name} {self.id}>"
+
 
 class Waits:
     """The waiting half of Context: each wait is a journal entry, and a timer if it can end by time."""
@@ -44,6 +68,40 @@ class Waits:
         check_name(name, "signal")
         key = key or self._auto_key("signal", name)
         return self._wait(key, "signal", name, timeout=_timeout(timeout))
+
+    def wait_for_update(self, name: str, timeout: float | dt.timedelta | None = None, *,
+                        key: str | None = None) -> Update:
+        """Return the next update `name` sent with ``durable.update()`` (FIFO), waiting for one.
+
+        The caller waits for the answer: give it with ``update.answer(value)``, or refuse with
+        ``update.reject(reason)``. The request is kept until the run takes it and the answer is a
+        journal entry written at once, so a worker that dies between them neither loses the request
+        nor answers twice. Raise SignalTimeout if `timeout` passes first. Keyed
+        ``update:<name>:<n>`` by call order unless `key` is given.
+        """
+        from ..workpool.messages import check_name
+
+        check_name(name, "update")
+        key = key or self._auto_key("update", name)
+        request = self._wait(key, "signal", f"{UPDATE_PREFIX}{name}", timeout=_timeout(timeout))
+        if not (isinstance(request, dict) and isinstance(request.get("id"), str)):
+            raise ValueError(f"The signal {UPDATE_PREFIX}{name!r} this run took is not an update sent with "
+                             f"durable.update(): {request!r:.200}")
+        return Update(self, name, request["id"], request.get("payload"))
+
+    def _answer_update(self, update: Update, answer: dict) -> None:
+        """Record the answer to `update` once (a replay finds it and writes nothing), at once: its
+        caller is waiting for it."""
+        key = f"{ANSWER_PREFIX}{update.id}"
+        self._stop_if_diverged()
+        self._used.setdefault(key, "an update's answer")
+        entry = self._journal.get(key)
+        if entry is not None:
+            self._check_same(key, entry, "note", f"update {update.name}")
+            return
+        text = serialization.encode(answer, what=f"the answer to update {update.name!r}")
+        self._record(key, f"update {update.name}", "completed", text, None, self._session.now(), 1, kind="note",
+                     write="now")
 
     def wait_for_event(self, name: str, match: dict | None = None, timeout: float | dt.timedelta | None = None,
                        *, key: str | None = None, since: dt.datetime | None = None) -> Any:

@@ -89,6 +89,26 @@ def fork_me(ctx, fix_path):
     return [a, b, c]
 
 
+@durable.workflow("tests.cart")
+def cart(ctx, reached="", release=""):
+    """Takes updates "add" (an item: answers how many are in the cart; one already in it is
+    refused) until "checkout" (answers the items and ends). Pricing an item is a step that, given
+    `reached` and `release`, says it started and waits for `release` the first time it runs."""
+    items = []
+    while True:
+        update = ctx.wait_for_update("add")
+        if update.payload == "checkout":
+            update.answer({"items": items})
+            return items
+        if update.payload in items:
+            update.reject(f"{update.payload} is in the cart already")
+            continue
+        if reached:
+            ctx.step(f"price:{len(items)}", mark_and_block, ctx.run_id, f"price:{len(items)}", reached, release)
+        items.append(update.payload)
+        update.answer({"count": len(items)})
+
+
 @durable.workflow("tests.echo")
 def echo(ctx, *args, **kwargs):
     """Takes anything: returns what it was given."""

@@ -32,6 +32,7 @@ from django_durable.exceptions import (
     RunFinished,
     StepNotFound,
     SubjectBusy,
+    UpdateRejected,
     WaitTimeout,
     WorkflowFailed,
     WorkflowNotFound,
@@ -129,6 +130,12 @@ class Command(BaseCommand):
         listed = commands.add_parser("workflows", help="the registered workflows and tasks, with their shapes")
         listed.add_argument("--json", action="store_true")
 
+        asked = commands.add_parser("update", help="ask a run (ctx.wait_for_update) and print its answer")
+        asked.add_argument("run_id", metavar="RUN_ID")
+        asked.add_argument("name")
+        asked.add_argument("--payload", default="null", help="a JSON value")
+        asked.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+
         forked = commands.add_parser("fork", help="a new run of a run's workflow and input from one of its steps: "
                                                   "the journal before it copied, the rest run on today's code")
         forked.add_argument("run_id", metavar="RUN_ID")
@@ -160,8 +167,10 @@ class Command(BaseCommand):
         except (WorkflowNotFound, StepNotFound, Schedule.DoesNotExist) as exc:
             raise CommandError(str(exc) if isinstance(exc, DurableError) else "No such schedule.",
                                returncode=NOT_FOUND) from None
-        except (RunFinished, InvalidTransition, SubjectBusy) as exc:
+        except (RunFinished, InvalidTransition, SubjectBusy, UpdateRejected) as exc:
             raise CommandError(str(exc), returncode=REFUSED) from None
+        except WaitTimeout as exc:  # (durable update)
+            raise CommandError(str(exc), returncode=TIMED_OUT) from None
         except (NotSerializable, PayloadTooLarge, ValueError) as exc:
             raise CommandError(str(exc), returncode=BAD_INPUT) from None
 
@@ -363,6 +372,12 @@ class Command(BaseCommand):
             for problem in definition.get("problems", []):
                 self.stdout.write(f"    problem: {problem}")
 
+    def do_update(self, *, run_id, name, payload, timeout, **_):
+        from django_durable.services.updates import update
+
+        answer = update(run_id, name, _json(payload, "--payload"), timeout=timeout, by=self.by)
+        self.stdout.write(serialization.dumps(answer))
+
     def do_fork(self, *, run_id, from_step, json, **_):
         run = services.fork(run_id, from_step=from_step, by=self.by)
         self._print_run(run, json)
@@ -454,6 +469,8 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
         if kind == "step":
             lines.append(f"{indent}step {node['key']}: {node['function']}"
                          + (f" (compensated by {node['compensate']})" if node.get("compensate") else ""))
+        elif kind == "update":
+            lines.append(f"{indent}wait for update {node['name']} (and answer it)")
         elif kind in ("signal", "event", "emit"):
             timeout = node.get("timeout")
             lines.append(f"{indent}{'emit' if kind == 'emit' else 'wait for ' + kind} {node['name']}"
