@@ -97,6 +97,7 @@ __all__ = [
     "force_fail",
     "fork",
     "get_run",
+    "read_stream",
     "recover",
     "release_claim",
     "retry_rollback",
@@ -130,6 +131,7 @@ _LAZY = {
 _LAZY["ensure_schedule"] = "schedules"
 _LAZY["describe"] = "engine.describe"
 _LAZY["update"] = "services.updates"
+_LAZY["read_stream"] = "services.streams"
 _LAZY["workflows"] = "catalog"
 _LAZY["cancel_runs_on_delete"] = "subjects"
 _LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")

@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     # `durable health` and GET /durable/health/: a queue whose oldest ready item has waited longer
     # than this (seconds) is unhealthy.
     "HEALTH_MAX_LAG_SECONDS": 300.0,
+    # GET /api/durable/workflows/{id}/stream/: how long one response streams before it ends (the
+    # browser reconnects at once, with Last-Event-ID), so that no request is held for ever.
+    "STREAM_MAX_SECONDS": 300.0,
     # How long finished runs are kept before the prune deletes them (a workflow's own
     # retention= wins): a timedelta or seconds.
     "RETENTION": 30 * 24 * 3600.0,

@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "patched", "since", "approval", "subject",
                                "view", "async"}
 
 
@@ -155,6 +155,14 @@ def test_an_update_is_answered_or_refused_as_the_guide_says():
     assert callable(namespace["add_to_cart"])
     with pytest.raises(durable.RunFinished):
         namespace["add_to_cart"](run.pk, "jam")
+
+
+def test_a_stream_is_read_as_the_guide_says(capsys):
+    namespace = run_example("stream", draft_answer=lambda question: ["Durable ", "runs ", "resume."])
+    run = durable.start("assistant.answer", question="why?")
+    drain()
+    namespace["print_answer"](run.pk)
+    assert capsys.readouterr().out == "Durable runs resume."
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

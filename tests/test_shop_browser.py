@@ -84,8 +84,9 @@ def test_a_visitor_clicks_through_the_shop(browser, demo):  # noqa: F811 (the fi
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     wait_for(lambda: browser.find_elements(By.ID, "order-form"), timeout=60, interval=0.25, message="the shop's order form")
 
-    # An order: the page follows the checkout live, by polling the REST API, while it runs.
+    # An order: the page follows the checkout live, through the run's server-sent events.
     order = place_order(browser, demo, "tee", "ok")
+    assert browser.find_element(By.ID, "checkout").get_attribute("data-source") == "stream"
     seen = set()
 
     def watched():

@@ -12,7 +12,7 @@ from django.http import Http404, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -37,6 +37,19 @@ FIELD_CODES = {"unknown_workflow", "invalid_payload", "invalid_arguments", "inva
 class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
+
+
+class EventStreamRenderer(BaseRenderer):
+    """Lets a client that accepts only text/event-stream (an EventSource) reach the stream route,
+    whose events are a streaming response of their own (its errors are JSON: the view's
+    handle_exception); anything rendered here anyway is one `error` event."""
+
+    media_type = "text/event-stream"
+    format = "sse"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return f"event: error\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
 
 class TooLarge(exceptions.APIException):

@@ -182,9 +182,15 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         "list": "view_workflowrun", "retrieve": "view_workflowrun", "result": "view_workflowrun",
         "create": "start_workflowrun", "destroy": "cancel_workflowrun", "signal": "signal_workflowrun",
         "retry": "retry_workflowrun", "fork": "start_workflowrun", "send_update": "signal_workflowrun",
-        "update_answer": "view_workflowrun",
+        "update_answer": "view_workflowrun", "stream": "view_workflowrun",
     }
     throttle_scopes = {"create": "start", "fork": "start", "signal": "signal", "send_update": "signal", "destroy": "cancel"}
+
+    def handle_exception(self, exc):
+        if getattr(self, "action", None) == "stream":  # an error is JSON, whatever an EventSource accepts
+            self.request.accepted_renderer = errors.SafeJSONRenderer()
+            self.request.accepted_media_type = "application/json"
+        return super().handle_exception(exc)
 
     def get_queryset(self):
         return scoped(self.request, WorkflowRun.objects.using(conf.get("DATABASE")).all())
@@ -297,6 +303,32 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         run = self.get_object()
         return self.represent(services.retry_run(run.pk, by=self.by()), status.HTTP_202_ACCEPTED)
 
+
+    @document(parameters=[OpenApiParameter("Last-Event-ID", OpenApiTypes.INT, location=OpenApiParameter.HEADER,
+                                           description="Go on after this event id (a reconnect).")],
+              responses={(200, "text/event-stream"): OpenApiTypes.OBJECT, **errors_for(400, 404)})
+    @action(detail=True, methods=["get"], renderer_classes=[errors.SafeJSONRenderer, errors.EventStreamRenderer])
+    def stream(self, request, pk=None):
+        """The run's live events, server-sent (text/event-stream): status, step, note, emit, stream
+        and end, until it ends (services/streams.py). The same permissions as the run's detail."""
+        from django.core.handlers.asgi import ASGIRequest
+        from django.http import StreamingHttpResponse
+
+        from ..services import streams
+
+        run = self.get_object()
+        try:
+            after = max(0, int(request.headers.get("Last-Event-ID") or request.query_params.get("after") or 0))
+        except ValueError:
+            raise exceptions.ValidationError({"Last-Event-ID": ["An event id is a whole number."]}) from None
+        frames = streams.events(run.pk, payloads=can_see_payloads(request), after=after,
+                                max_seconds=float(conf.get("STREAM_MAX_SECONDS")))
+        if isinstance(request._request, ASGIRequest):  # served by an ASGI server: an async iterator
+            frames = streams.asynchronous(frames)
+        response = StreamingHttpResponse(frames, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+        return response
 
     @document(request=UpdateSerializer, responses={200: UpdateAnswerSerializer, 202: UpdateAnswerSerializer,
                                                    **errors_for(400, 404, 409, 413, 429)})

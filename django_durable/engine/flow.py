@@ -126,6 +126,30 @@ class Flow:
         # started_at is when it was last set.
         self._record("progress", "", "running", text, None, self._session.now(), 1, kind="progress")
 
+    def write_stream(self, name: str, value: Any) -> None:
+        """Append `value` (JSON) to the run's stream `name`: durable.read_stream(run_id, name) and
+        GET /api/durable/workflows/{id}/stream/ give the values in order as they are written. Once
+        per run, however often the code replays; written at once (not at the next checkpoint),
+        so a reader sees each value while the run goes on."""
+        self._stream_entry(name, {"value": value})
+
+    def close_stream(self, name: str) -> None:
+        """End the stream `name`: its readers stop after its last value (they stop anyway when
+        the run ends)."""
+        self._stream_entry(name, {"closed": True})
+
+    def _stream_entry(self, name: str, body: dict) -> None:
+        from ..workpool.messages import check_name  # the models load after this module
+        from ..workpool.wakeups import announce_stream
+
+        check_name(name, "stream")
+        key = self._next_key(f"stream:{name}")
+        if key in self._journal:
+            return
+        text = serialization.encode(body, what=f"a value of the stream {name!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+        self._record(key, name, "completed", text, None, self._session.now(), 1, kind="stream", write="now")
+        announce_stream(self._session.claim.run_id, db=self._session.claim.db)
+
     def emit(self, name: str, payload: Any = None) -> int:
         """Tell the world `name` happened: the ``run_emitted`` Django signal, and the event `name`
         to every run waiting for it (as ``durable.emit_event()`` does). Once per run, however

@@ -28,6 +28,7 @@ class Step(models.Model):
         EMIT = "emit", "Emitted event"
         PATCH = "patch", "Code change marker"
         APPROVAL = "approval", "Wait for an approval"
+        STREAM = "stream", "Stream value"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"

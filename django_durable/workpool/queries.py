@@ -520,6 +520,8 @@ START_NOTIFY_IF_IDLE = """,
 # statement that marks a run as waited for and reads it. The mark and the worker's end of the
 # run both update its row, so one sees the other: the run ends announced, or the wait sees it ended.
 DONE_CHANNEL = "durable_done"
+# ctx.write_stream(): the channel a run's new stream value is announced on (its id as the payload).
+STREAM_CHANNEL = "durable_stream"
 AWAIT = """
 UPDATE durable_workflow_run SET awaited = true WHERE id = %s{given_partition}
 RETURNING status, result, error, queue"""

@@ -47,6 +47,14 @@ def announce_end(run_ids, *, db: str) -> None:
             cursor.execute(queries.ANNOUNCE, [list(run_ids)])
 
 
+def announce_stream(run_id, *, db: str) -> None:
+    """On PostgreSQL, wake the readers of the run's streams (GET .../stream/): a hint only."""
+    connection = connections[db]
+    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [queries.STREAM_CHANNEL, str(run_id)])
+
+
 def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
     """Fire the timers that are due (by the database's clock) and wake their runs; return how many.
 

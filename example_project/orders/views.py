@@ -1,9 +1,10 @@
 """The example shop's pages: place an order and watch its checkout live, ask for a refund that a
 person approves, render product images, and see the latest runs.
 
-The order page polls the REST API for its run (`GET /api/durable/workflows/<id>/?include=steps`)
-with a few lines of JavaScript in the template: no build step. The API answers staff users, so the
-shop asks visitors to log in (demo / demo in `make demo`).
+The order page follows its run through the run's live events (`GET
+/api/durable/workflows/<id>/stream/`, server-sent, read with an EventSource) with a few lines of
+JavaScript in the template: no build step. The API answers staff users, so the shop asks visitors
+to log in (demo / demo in `make demo`).
 """
 
 from decimal import Decimal

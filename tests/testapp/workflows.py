@@ -109,6 +109,20 @@ def cart(ctx, reached="", release=""):
         update.answer({"count": len(items)})
 
 
+@durable.workflow("tests.streamer")
+def streamer(ctx, n=3, gap=0.0):
+    """Writes n tokens to its stream "tokens" (a durable sleep of `gap` seconds between them), a
+    note and a step on the way, then closes the stream."""
+    ctx.step("prepare", mark, ctx.run_id, "prepare")
+    for i in range(n):
+        ctx.write_stream("tokens", f"t{i}")
+        if gap:
+            ctx.sleep(f"gap:{i}", gap)
+    ctx.note("all written", count=n)
+    ctx.close_stream("tokens")
+    return n
+
+
 @durable.workflow("tests.echo")
 def echo(ctx, *args, **kwargs):
     """Takes anything: returns what it was given."""
