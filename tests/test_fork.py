@@ -38,14 +38,15 @@ def test_a_fork_copies_the_journal_before_the_step_and_runs_the_rest_on_todays_c
     fork = durable.fork(run.pk, from_step="b", by="alice")
     assert (fork.workflow, fork.forked_from, fork.forked_at_step) == ("tests.fork_me", run.pk, "b")
     assert fork.get_input() == run.get_input()
-    # Copied: step a and the note after it, with their results, before any worker has seen the fork.
-    assert journal(fork) == [(1, "a", "step", "completed"), (2, "note:0", "log", "completed")]
+    # Copied: step a and the note after it, with their results, before any worker has seen the fork;
+    # not the progress (one entry, kept running and rewritten in place: the fork sets its own).
+    assert journal(fork) == [(1, "a", "step", "completed"), (3, "note:0", "log", "completed")]
     drain()
     fork.refresh_from_db()
     assert fork.status == "completed" and fork.get_result() == [1, 10, 11]
     assert ledger_counts(fork.pk) == {"b": 1, "c": 1}  # a was not run again
     assert ledger_counts(run.pk) == {"a": 1, "b": 1}  # nor anything of the source
-    assert [key for _, key, _, _ in journal(fork)] == ["a", "note:0", "b", "c"]
+    assert {key for _, key, _, _ in journal(fork)} == {"a", "progress", "note:0", "b", "c"}
     trail = dict(WorkflowEvent.objects.filter(type="forked").values_list("run_id", "data"))
     assert trail == {fork.pk: {"source": str(run.pk), "step": "b"}, run.pk: {"fork": str(fork.pk), "step": "b"}}
     assert WorkflowEvent.objects.get(run=fork, type="forked").actor == "alice"

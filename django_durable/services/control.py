@@ -341,7 +341,8 @@ def fork(run_id, *, from_step: str, by: str | None = None) -> WorkflowRun:
     if cut.key in branches:
         raise InvalidTransition(f"Step {cut.key!r} is a branch of the fan-out {branches[cut.key]!r}: fork from "
                                 f"the fan-out ({branches[cut.key]!r}) or a step before it.")
-    copied = [entry for entry in entries if entry.seq < cut.seq]
+    # The run's progress is one entry kept `running` and rewritten in place: the fork sets its own.
+    copied = [entry for entry in entries if entry.seq < cut.seq and entry.kind != Step.Kind.PROGRESS]
     unfinished = [entry for entry in copied if entry.status not in Step.FINAL]
     if unfinished:
         first = unfinished[0]

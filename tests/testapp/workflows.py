@@ -83,6 +83,7 @@ def fixed_later(run_id, fix_path):
 def fork_me(ctx, fix_path):
     """Fails at step b until its fix is deployed: durable.fork() from b runs b and c again, not a."""
     a = ctx.step("a", mark, ctx.run_id, "a", 1)
+    ctx.set_progress(1, 3, "a done")
     ctx.note("after a")
     b = ctx.step("b", fixed_later, ctx.run_id, fix_path)
     c = ctx.step("c", mark, ctx.run_id, "c", a + b)
