@@ -97,3 +97,39 @@ def test_a_reader_gets_each_value_while_a_worker_process_writes_them(start_worke
     # The first came while the run went on (two durable sleeps of a second lay ahead of it), not
     # all at its end.
     assert got[0][1] != "completed", got
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_asgi_the_events_are_an_async_iterator_that_waits_for_the_run(admin_user, settings):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    from django_durable.services import updates
+
+    settings.DURABLE_STREAM_MAX_SECONDS = 30
+    run = durable.start("tests.cart")
+    drain()  # waiting for an update
+
+    def finish():
+        try:
+            updates.send(run.pk, "add", "checkout")
+            drain()
+        finally:
+            connections.close_all()  # (a thread of the executor's)
+
+    async def main():
+        client = AsyncClient()
+        await client.aforce_login(admin_user)
+        response = await client.get(f"/api/durable/workflows/{run.pk}/stream/", headers={"accept": "text/event-stream"})
+        assert response.status_code == 200 and response.is_async
+        seen = []
+        async for chunk in response.streaming_content:
+            seen.append(chunk.decode())
+            if '"status":"waiting"' in seen[-1]:
+                await sync_to_async(finish, thread_sensitive=False)()  # the run ends while the stream waits
+        return "".join(seen)
+
+    text = asyncio.run(asyncio.wait_for(main(), timeout=60))
+    assert '"status":"waiting"' in text and "event: end" in text and '"status":"completed"' in text

@@ -321,10 +321,10 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
             after = max(0, int(request.headers.get("Last-Event-ID") or request.query_params.get("after") or 0))
         except ValueError:
             raise exceptions.ValidationError({"Last-Event-ID": ["An event id is a whole number."]}) from None
-        frames = streams.events(run.pk, payloads=can_see_payloads(request), after=after,
-                                max_seconds=float(conf.get("STREAM_MAX_SECONDS")))
-        if isinstance(request._request, ASGIRequest):  # served by an ASGI server: an async iterator
-            frames = streams.asynchronous(frames)
+        # Served by an ASGI server, an async iterator waiting on the event loop; by WSGI, a generator.
+        follow = streams.aevents if isinstance(request._request, ASGIRequest) else streams.events
+        frames = follow(run.pk, payloads=can_see_payloads(request), after=after,
+                        max_seconds=float(conf.get("STREAM_MAX_SECONDS")))
         response = StreamingHttpResponse(frames, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once

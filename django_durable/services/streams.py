@@ -68,6 +68,52 @@ def read_stream(run_id, name: str, *, timeout: float | None = None) -> Iterator[
             listener.wait(POLL_SECONDS if left is None else max(0.0, min(POLL_SECONDS, left)))
 
 
+class Follower:
+    """The run's live events, one look at a time: `look()` reads the run and its journal once and
+    returns the frames that are new, `done` once the run has ended (or is gone). What to send is
+    decided here once; events() and aevents() only differ in how they wait between looks."""
+
+    def __init__(self, run_id, *, payloads: bool, after: int = 0):
+        self.pk, self.db, self.payloads = _run_pk(run_id), conf.get("DATABASE"), payloads
+        self.cursor, self.sent, self.status, self.done, self.more = after, set(), None, False, False
+
+    def look(self) -> list[str]:
+        frames = []
+        # The run first: if it has ended, every entry it wrote is in the read that follows.
+        run = WorkflowRun.objects.using(self.db).filter(pk=self.pk).values(
+            "status", "waiting_on", "result", "error").first()
+        if run is None:
+            self.done = True
+            return [_frame("end", {"status": "deleted"})]
+        ended = run["status"] in WorkflowRun.TERMINAL
+        pending = False
+        rows = list(Step.objects.using(self.db).filter(run_id=self.pk, seq__gt=self.cursor, kind__in=list(SHOWN))
+                    .order_by("seq").values_list("seq", "key", "kind", "name", "status", "result")[:500])
+        for seq, key, kind, name, status, result in rows:
+            if status not in FINAL and not ended:
+                pending = True  # later entries may be sent; the cursor waits for this one
+                continue
+            if seq not in self.sent and status in FINAL:
+                self.sent.add(seq)
+                frames.append(_frame(SHOWN[kind], _event_data(seq, key, kind, name, status, result, self.payloads),
+                                     self.cursor if pending else seq))
+            if not pending:
+                self.cursor = seq
+        self.more = len(rows) == 500  # look again at once
+        self.sent = {seq for seq in self.sent if seq > self.cursor}
+        progress = Step.objects.using(self.db).filter(run_id=self.pk, key="progress").values_list(
+            "result", flat=True).first()
+        status = (run["status"], run["waiting_on"], progress)
+        if status != self.status:
+            self.status = status
+            frames.append(_frame("status", {"status": run["status"], "waiting_on": run["waiting_on"],
+                                            "progress": _progress(progress)}))
+        if ended and not self.more:
+            frames.append(_frame("end", _end(run, self.payloads)))
+            self.done = True
+        return frames
+
+
 def events(run_id, *, payloads: bool, after: int = 0, max_seconds: float = 300.0) -> Iterator[str]:
     """The run's live events as server-sent event frames (text), until it ends or `max_seconds`.
 
@@ -77,81 +123,58 @@ def events(run_id, *, payloads: bool, after: int = 0, max_seconds: float = 300.0
     journal's sequence number as its id; ``end`` (its status, and its result or error message) when
     it ends. A reconnect with ``Last-Event-ID`` (`after`) goes on after that id: an event is given
     at least once (an entry finished out of order, a parallel branch, may come again). Values,
-    results and notes' data only with `payloads` (the user may see them).
+    results and notes' data only with `payloads` (the user may see them). For a WSGI server: it
+    waits in its thread (aevents() is the same for an ASGI server).
     """
-    pk = _run_pk(run_id)
-    db = conf.get("DATABASE")
+    follower = Follower(run_id, payloads=payloads, after=after)
     yield "retry: 1000\n\n"  # the browser reconnects after a second, with Last-Event-ID
-    cursor, sent, last_status = after, set(), None
     started = last_frame = time.monotonic()
-    with Listener(db, pk, ends=True) as listener:
+    with Listener(follower.db, follower.pk, ends=True) as listener:
         while True:
-            # The run first: if it has ended, every entry it wrote is in the read that follows.
-            run = WorkflowRun.objects.using(db).filter(pk=pk).values("status", "waiting_on", "result", "error").first()
-            if run is None:
-                yield _frame("end", {"status": "deleted"})
-                return
-            ended = run["status"] in WorkflowRun.TERMINAL
-            pending, full = False, False
-            rows = list(Step.objects.using(db).filter(run_id=pk, seq__gt=cursor, kind__in=list(SHOWN))
-                        .order_by("seq").values_list("seq", "key", "kind", "name", "status", "result")[:500])
-            for seq, key, kind, name, status, result in rows:
-                if status not in FINAL and not ended:
-                    pending = True  # later entries may be sent; the cursor waits for this one
-                    continue
-                if seq not in sent and status in FINAL:
-                    sent.add(seq)
-                    yield _frame(SHOWN[kind], _event_data(seq, key, kind, name, status, result, payloads),
-                                 cursor if pending else seq)
-                    last_frame = time.monotonic()
-                if not pending:
-                    cursor = seq
-            full = len(rows) == 500
-            sent = {seq for seq in sent if seq > cursor}
-            progress = Step.objects.using(db).filter(run_id=pk, key="progress").values_list("result", flat=True).first()
-            status = (run["status"], run["waiting_on"], progress)
-            if status != last_status:
-                last_status = status
-                yield _frame("status", {"status": run["status"], "waiting_on": run["waiting_on"],
-                                        "progress": _progress(progress)})
+            frames = follower.look()
+            yield from frames
+            if frames:
                 last_frame = time.monotonic()
-            if full:
+            if follower.done or time.monotonic() - started >= max_seconds:
+                return  # (after max_seconds the browser reconnects, from the last id)
+            if follower.more:
                 continue
-            if ended:
-                yield _frame("end", _end(run, payloads))
-                return
-            if time.monotonic() - started >= max_seconds:
-                return  # the browser reconnects (retry), from the last id
             if time.monotonic() - last_frame >= KEEPALIVE_SECONDS:
                 yield ": keepalive\n\n"
                 last_frame = time.monotonic()
             listener.wait(POLL_SECONDS)
 
 
-async def asynchronous(frames: Iterator[str]):
-    """`frames` as an async iterator for an ASGI server: each next frame (its reads and its wait)
-    in the request's own thread (Django's thread-sensitive context), so that the event loop never
-    blocks, no frame is held back, and one database connection serves the whole stream."""
+async def aevents(run_id, *, payloads: bool, after: int = 0, max_seconds: float = 300.0):
+    """events() for an ASGI server, as an async iterator: each look at the database in the
+    request's own thread (as Django's async ORM does it), and the wait between looks on the event
+    loop, woken by LISTEN through psycopg's async connection on PostgreSQL."""
     from asgiref.sync import sync_to_async
 
-    step = sync_to_async(_next)
+    follower = Follower(run_id, payloads=payloads, after=after)
+    look = sync_to_async(follower.look)
+    yield "retry: 1000\n\n"
+    started = last_frame = time.monotonic()
+    listener = AsyncListener(follower.db, follower.pk)
     try:
-        while (frame := await step(frames)) is not None:
-            yield frame
+        await listener.listen()
+        while True:
+            frames = await look()
+            for frame in frames:
+                yield frame
+            if frames:
+                last_frame = time.monotonic()
+            if follower.done or time.monotonic() - started >= max_seconds:
+                return
+            if follower.more:
+                continue
+            if time.monotonic() - last_frame >= KEEPALIVE_SECONDS:
+                yield ": keepalive\n\n"
+                last_frame = time.monotonic()
+            await listener.wait(POLL_SECONDS)
     finally:
-        await sync_to_async(_close)(frames)
-
-
-def _next(frames: Iterator[str]) -> str | None:
-    try:
-        return next(frames)
-    except StopIteration:
-        return None
-
-
-def _close(frames) -> None:
-    frames.close()
-    connections.close_all()  # the connections this stream's thread opened
+        await listener.close()
+        await sync_to_async(connections.close_all)()  # the connections this stream's thread opened
 
 
 def _frame(event: str, data: dict, id: int | None = None) -> str:
@@ -199,6 +222,24 @@ def _ended(pk, db) -> bool:
     return WorkflowRun.objects.using(db).filter(pk=pk, status__in=WorkflowRun.TERMINAL).exists()
 
 
+def _listen_params(db: str) -> dict | None:
+    """The connection parameters of a session to LISTEN on (None: no NOTIFY here, poll)."""
+    if connections[db].vendor != "postgresql" or not conf.get("LISTEN_NOTIFY"):
+        return None
+    params = connections[conf.get("LISTEN_DATABASE") or db].get_connection_params()
+    params.pop("cursor_factory", None)
+    return params
+
+
+def _channels(db: str, pk, ends: bool) -> list[str]:
+    """The channels to LISTEN on for run `pk`; with `ends`, its end too, which is announced once
+    someone waits for it (the mark durable.wait() sets)."""
+    if not ends:
+        return [queries.STREAM_CHANNEL]
+    WorkflowRun.objects.using(db).filter(pk=pk).update(awaited=True)
+    return [queries.STREAM_CHANNEL, queries.DONE_CHANNEL]
+
+
 class Listener:
     """Waits for a NOTIFY about run `pk` (a stream value; its end, with `ends`) on PostgreSQL, or
     for the timeout; elsewhere, or when LISTEN fails, it only sleeps: the reads poll."""
@@ -207,18 +248,14 @@ class Listener:
         self.db, self.pk, self.ends, self.session = db, str(pk), ends, None
 
     def __enter__(self) -> Listener:
-        if connections[self.db].vendor != "postgresql" or not conf.get("LISTEN_NOTIFY"):
-            return self
         try:
-            import psycopg
+            params = _listen_params(self.db)
+            if params is not None:
+                import psycopg
 
-            params = connections[conf.get("LISTEN_DATABASE") or self.db].get_connection_params()
-            params.pop("cursor_factory", None)
-            self.session = psycopg.connect(**params, autocommit=True)
-            self.session.execute(f"LISTEN {queries.STREAM_CHANNEL}")
-            if self.ends:  # the run's end is announced once someone waits for it
-                self.session.execute(f"LISTEN {queries.DONE_CHANNEL}")
-                WorkflowRun.objects.using(self.db).filter(pk=self.pk).update(awaited=True)
+                self.session = psycopg.connect(**params, autocommit=True)
+                for channel in _channels(self.db, self.pk, self.ends):
+                    self.session.execute(f"LISTEN {channel}")
         except Exception:  # noqa: BLE001 - the reads poll without it
             self.close()
         return self
@@ -246,3 +283,47 @@ class Listener:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class AsyncListener:
+    """Listener for the event loop: psycopg's async connection, asyncio.sleep without one."""
+
+    def __init__(self, db: str, pk):
+        self.db, self.pk, self.session = db, str(pk), None
+
+    async def listen(self) -> None:
+        from asgiref.sync import sync_to_async
+
+        try:
+            params = await sync_to_async(_listen_params)(self.db)
+            if params is not None:
+                import psycopg
+
+                self.session = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+                for channel in await sync_to_async(_channels)(self.db, self.pk, True):
+                    await self.session.execute(f"LISTEN {channel}")
+        except Exception:  # noqa: BLE001 - the looks poll without it
+            await self.close()
+
+    async def wait(self, seconds: float) -> None:
+        import asyncio
+
+        if self.session is None:
+            await asyncio.sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                async for notice in self.session.notifies(timeout=left, stop_after=1):
+                    if notice.payload == self.pk:
+                        return
+        except Exception:  # noqa: BLE001 - a lost session: poll from now on
+            await self.close()
+
+    async def close(self) -> None:
+        if self.session is not None:
+            try:
+                await self.session.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.session = None
