@@ -97,42 +97,33 @@ def _this_host(host: str) -> Check:
                                                f"{conf.get('WORKER_STALE_SECONDS'):g} s (DURABLE_WORKER_STALE_SECONDS)")
 
 
-def served_queues() -> set[str]:
+def served_queues(ready=()) -> set[str]:
     """The queues that need a worker: those registered workflows and tasks use, those of
-    DURABLE_QUEUES, and any with work ready."""
+    DURABLE_QUEUES, and `ready` (those with work ready)."""
     from . import registry
-    from .models import WorkItem
 
-    queues = {definition.queue for definition in registry.definitions()} | set(conf.get("QUEUES"))
-    ready = (WorkItem.objects.using(conf.get("DATABASE")).filter(status=WorkItem.Status.PENDING,
-                                                                  available_at__lte=timezone.now())
-             .order_by().values_list("queue", flat=True).distinct())
-    return queues | set(ready)
+    return {definition.queue for definition in registry.definitions()} | set(conf.get("QUEUES")) | set(ready)
 
 
 def _queues(queues: set[str] | None, max_lag: float) -> list[Check]:
-    from .models import WorkItem
+    from . import stats
 
-    listed = list(_live_workers().values_list("queues", flat=True))
-    served_by_all = any(not entry.strip() for entry in listed)
-    served = {name.strip() for entry in listed for name in entry.split(",") if name.strip()}
-    now = timezone.now()
+    waited = {row["queue"]: row["lag_seconds"] for row in stats.queue_lag(timezone.now()) if row["ready"]}
+    wanted = sorted(served_queues(waited) if queues is None else queues)
+    unserved = stats.unserved_queues(wanted)
     checks = []
-    for queue in sorted(served_queues() if queues is None else queues):
-        oldest = (WorkItem.objects.using(conf.get("DATABASE"))
-                  .filter(status=WorkItem.Status.PENDING, queue=queue, available_at__lte=now)
-                  .order_by("available_at").values_list("available_at", flat=True).first())
-        waited = (now - oldest).total_seconds() if oldest is not None else 0.0
+    for queue in wanted:
         problems = []
-        if not (served_by_all or queue in served):
+        if queue in unserved:
             problems.append("no live worker takes work from it")
-        if waited > max_lag:
-            problems.append(f"its oldest ready item has waited {waited:.0f} s (more than {max_lag:g} s)")
-        detail = "; ".join(problems) or (f"served; the oldest ready item has waited {waited:.1f} s" if oldest
-                                         else "served; nothing waiting")
+        if waited.get(queue, 0.0) > max_lag:
+            problems.append(f"its oldest ready item has waited {waited[queue]:.0f} s (more than {max_lag:g} s)")
+        detail = "; ".join(problems) or (f"served; the oldest ready item has waited {waited[queue]:.1f} s"
+                                         if queue in waited else "served; nothing waiting")
         checks.append(Check(f"queue {queue}", not problems, detail))
     if not checks:
-        checks.append(Check("workers", bool(listed), f"{len(listed)} live" if listed else "no live worker"))
+        live = _live_workers().count()
+        checks.append(Check("workers", bool(live), f"{live} live" if live else "no live worker"))
     return checks
 
 

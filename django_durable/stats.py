@@ -36,7 +36,8 @@ def unserved_queues(queues) -> set[str]:
     if not queues:
         return set()
     served = set()
-    for listed in Worker.objects.filter(last_seen__gte=live_workers_since()).values_list("queues", flat=True):
+    live = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=live_workers_since())  # a stopped one serves none
+    for listed in live.values_list("queues", flat=True):
         if not listed.strip():
             return set()
         served.update(name.strip() for name in listed.split(","))

@@ -10,13 +10,13 @@ import threading
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 from rest_framework.test import APIClient
 
 import django_durable as durable
 from django_durable.models import StartGate, Timer, WorkflowRun
 from django_durable.testing import clock, drain
 from tests.conftest import ON_POSTGRES
+from tests.harness.workers import in_threads
 
 pytestmark = pytest.mark.django_db
 
@@ -154,23 +154,13 @@ def test_the_api_and_the_command_take_gates(admin_user):
 
 def producers(count: int, start) -> list:
     """Run start(i) in `count` threads at once (each its own connection); their results in order."""
-    barrier, results, errors = threading.Barrier(count), [None] * count, []
+    barrier, results = threading.Barrier(count), [None] * count
 
     def produce(i):
-        try:
-            barrier.wait(timeout=30)
-            results[i] = start(i)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        barrier.wait(timeout=30)
+        results[i] = start(i)
 
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads) and errors == []
+    assert in_threads(produce, count, timeout=60) == []
     return results
 
 

@@ -11,13 +11,14 @@ import time
 import uuid
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 
 import django_durable as durable
 from django_durable import workpool
 from django_durable.models import Step, WorkflowRun, WorkItem
 from django_durable.testing import drain
 from tests.conftest import assert_settled, ledger_counts, wait_for
+from tests.harness.workers import in_threads
 from tests.testapp import ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,24 +96,7 @@ def _bulk_runs(count: int) -> list[uuid.UUID]:
     return [r.id for r in runs]
 
 
-def _threads(target, count):
-    errors = []
-
-    def run(index):
-        try:
-            target(index)
-        except Exception as exc:  # noqa: BLE001 - collected and asserted by the caller
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=240)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish"
-    return errors
+_threads = in_threads  # (tests/harness/workers.py)
 
 
 @pytest.mark.postgres

@@ -21,10 +21,10 @@ import datetime as dt
 from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
-from .. import clock, conf, serialization, telemetry
+from .. import clock, conf
 from ..exceptions import SingletonBusy, SubjectBusy
 from ..models import StartGate, Timer, WorkflowRun, WorkItem
-from ..workpool.runs import create_run
+from ..workpool.runs import create_run, stored_input
 
 KEY_LENGTH = 200
 
@@ -102,11 +102,8 @@ def _debounced(definition, args, kwargs, key: str, seconds: float, **create) -> 
             gate.save(update_fields=["run_id", "updated_at"])
             return run
         # Still waiting for quiet: the last call's input, and quiet counted from now.
-        args, kwargs = definition.validated(list(args), kwargs)
-        text = serialization.encode({"args": list(args), "kwargs": kwargs, **telemetry.carried()}, what="input",
-                                    max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=held.run_id)
         WorkflowRun.objects.using(db).filter(pk=held.run_id).update(
-            input=text, scheduled_at=due, waiting_on=f"starts at {due:%Y-%m-%d %H:%M:%S %Z}")
+            input=stored_input(definition, list(args), kwargs, held.run_id), scheduled_at=due, waiting_on=f"starts at {due:%Y-%m-%d %H:%M:%S %Z}")
         Timer.objects.using(db).filter(pk=held.pk).update(fire_at=due)
         WorkItem.objects.using(db).filter(run_id=held.run_id, kind=WorkItem.Kind.ADVANCE).update(available_at=due)
         gate.save(update_fields=["updated_at"])

@@ -21,6 +21,7 @@ from ..exceptions import WaitTimeout
 from ..models import Step, WorkflowRun
 from ..workpool import queries
 from ..workpool.messages import check_name
+from ..workpool.wakeups import listen_params
 from .runs import _run_pk
 
 POLL_SECONDS = 0.5  # between reads when no NOTIFY says more
@@ -226,9 +227,7 @@ def _listen_params(db: str) -> dict | None:
     """The connection parameters of a session to LISTEN on (None: no NOTIFY here, poll)."""
     if connections[db].vendor != "postgresql" or not conf.get("LISTEN_NOTIFY"):
         return None
-    params = connections[conf.get("LISTEN_DATABASE") or db].get_connection_params()
-    params.pop("cursor_factory", None)
-    return params
+    return listen_params(db)
 
 
 def _channels(db: str, pk, ends: bool) -> list[str]:

@@ -11,6 +11,7 @@ from django.db import connections
 
 from .. import conf, workpool
 from ..humanize import one_line
+from ..workpool.wakeups import listen_params
 from .connection import Backoff
 
 logger = logging.getLogger("django_durable.worker")
@@ -45,8 +46,7 @@ class Waiter:
         try:
             import psycopg
 
-            params = connections[conf.get("LISTEN_DATABASE") or self.db].get_connection_params()
-            params.pop("cursor_factory", None)
+            params = listen_params(self.db)
             # A session that only listens sends nothing: without keepalives a host cut off from the
             # database (or a server restarted meanwhile) would leave it waiting on a dead socket.
             for name, value in KEEPALIVES.items():

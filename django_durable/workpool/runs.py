@@ -38,12 +38,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     `lock` (start(..., singleton=key): "singleton:<key>") makes it the only unfinished run of the
     workflow with that lock: a second raises SubjectBusy, as one_at_a_time's subject lock does.
     """
-    args, kwargs = definition.validated(args, kwargs)
     pk = run_id if run_id is not None else uuid7()
-    text = serialization.encode(
-        {"args": list(args), "kwargs": kwargs, **telemetry.carried()}, what="input",
-        max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=pk
-    )
+    text = stored_input(definition, args, kwargs, pk)
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
@@ -115,6 +111,15 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
             set_deadline(run, definition.timeout, db, run_at)
         notify(db)
     return run
+
+
+def stored_input(definition, args, kwargs: dict, run_id) -> str:
+    """The input column of run `run_id` of `definition` for these arguments: validated (the
+    workflow's `input`), with the caller's trace, within DURABLE_MAX_PAYLOAD_BYTES, a large one
+    stored apart as the run's."""
+    args, kwargs = definition.validated(args, kwargs)
+    return serialization.encode({"args": list(args), "kwargs": kwargs, **telemetry.carried()}, what="input",
+                                max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=run_id)
 
 
 def advance_item(run, *, ready: bool = True, available_at=None) -> WorkItem:

@@ -47,6 +47,14 @@ def announce_end(run_ids, *, db: str) -> None:
             cursor.execute(queries.ANNOUNCE, [list(run_ids)])
 
 
+def listen_params(db: str) -> dict:
+    """The connection parameters of a session of its own to LISTEN on, for the database `db`
+    (DURABLE_LISTEN_DATABASE when the durable tables are behind a transaction pooler)."""
+    params = connections[conf.get("LISTEN_DATABASE") or db].get_connection_params()
+    params.pop("cursor_factory", None)
+    return params
+
+
 def announce_stream(run_id, *, db: str) -> None:
     """On PostgreSQL, wake the readers of the run's streams (GET .../stream/): a hint only."""
     connection = connections[db]

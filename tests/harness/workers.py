@@ -70,3 +70,30 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def in_threads(target, count: int, timeout: float = 240) -> list[Exception]:
+    """Run target(i) for i in range(count) in threads at once, each with its own database
+    connections (closed after); return what they raised."""
+    import threading
+
+    from django.db import connections
+
+    errors = []
+
+    def run(index):
+        try:
+            target(index)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted by the caller
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    return errors
+
