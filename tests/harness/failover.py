@@ -178,6 +178,24 @@ class Formation:
                                                "stop"]), capture_output=True, timeout=60)
 
 
+def explain(run_id, runs, sent) -> None:
+    """Print what the database holds of an unfinished run: its work items, signals and journal, and
+    what the producer meant to send it, so that a failure says where the run stopped."""
+    from django_durable.models import SignalMessage, Step, WorkItem
+
+    for item in retrying(lambda: list(WorkItem.objects.filter(run_id=run_id).values(
+            "kind", "status", "wake", "attempts", "claimed_by", "claim_expires_at", "available_at", "last_error"))):
+        print(f"failover:   item {item}")
+    for message in retrying(lambda: list(SignalMessage.objects.filter(run_id=run_id).order_by("id").values(
+            "id", "name", "payload", "idempotency_key", "created_at", "consumed_at"))):
+        print(f"failover:   signal {message}")
+    for step in retrying(lambda: list(Step.objects.filter(run_id=run_id).order_by("seq").values(
+            "seq", "key", "kind", "status", "finished_at"))):
+        print(f"failover:   step {step}")
+    print(f"failover:   the producer meant {runs.get(str(run_id))}, its signals sent "
+          f"{sent.get(str(run_id), 'never')} s after the kill")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of load, the kill in the middle")
@@ -225,11 +243,14 @@ def main(argv=None) -> int:
         runs: dict[str, tuple[str, object]] = {}  # run id -> (kind, expected result)
         lock = threading.Lock()
         rng = random.Random(7)
+        sent: dict[str, float | None] = {}  # run id -> when its pair was sent (seconds after the kill)
+        killed_at: list[float] = []
 
         def send_pair(run_id: str, first: int) -> None:
             """The run's two signals, each once however often this is retried (a lost answer)."""
             durable.signal(run_id, "go", first, idempotency_key=f"{run_id}:1")
             durable.signal(run_id, "go", first + 1, idempotency_key=f"{run_id}:2")
+            sent[run_id] = time.monotonic() - killed_at[0] if killed_at else None
 
         def produce() -> None:
             """Start runs of each kind, and signal the waiting ones, until stopped."""
@@ -279,6 +300,7 @@ def main(argv=None) -> int:
         connections.close_all()
         formation.kill_node("node1")
         killed = time.monotonic()
+        killed_at.append(killed)
         killed_at_db = clock_read + dt.timedelta(seconds=killed - clock_read_at)  # one machine, one clock
         print(f"failover: node1 (the primary) killed with {before} runs started, {in_flight} of them unfinished",
               flush=True)
@@ -315,6 +337,7 @@ def main(argv=None) -> int:
             for row in WorkflowRun.objects.filter(id__in=ids).exclude(status__in=WorkflowRun.TERMINAL) \
                     .values_list("id", "workflow", "status", "waiting_on")[:10]:
                 print(f"failover: unfinished: {row}")
+                explain(row[0], runs, sent)
             raise
         from django_durable import serialization
 
