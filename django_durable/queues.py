@@ -27,7 +27,7 @@ from . import conf
 
 _UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*(?:\.\d+)?)\s*([a-z]+?)s?\s*$")
-KNOWN = ("concurrency", "key_concurrency", "rate_limit")
+KNOWN = ("concurrency", "key_concurrency", "rate_limit", "fairness")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,15 @@ class QueueLimits:
     concurrency: int | None = None
     key_concurrency: int | None = None
     rate: tuple[int, float] | None = None  # (claims, per seconds)
+    fair: bool = False  # the concurrency keys take turns (fairness.py)
+    weights: tuple[tuple[str, int], ...] = ()  # (key, weight) of the keys whose weight is not 1
+
+    def weight(self, key: str) -> int:
+        """How many items of `key` a fair queue takes in one turn of the keys (1 unless weighted)."""
+        for name, weight in self.weights:
+            if name == key:
+                return weight
+        return 1
 
     @property
     def interval(self) -> float | None:
@@ -53,6 +62,8 @@ class QueueLimits:
         if self.rate is not None:
             count, seconds = self.rate
             parts.append(f"{count} per {seconds:g} s")
+        if self.fair:
+            parts.append("fair shares by key" + (" (weighted)" if self.weights else ""))
         return ", ".join(parts) or "no limits"
 
 
@@ -86,36 +97,65 @@ def parse(setting) -> dict[str, QueueLimits]:
             raise ValueError(f"DURABLE_QUEUES[{name!r}] must be a dict such as {{'concurrency': 5}}, not {options!r}.")
         unknown = sorted(set(options) - set(KNOWN))
         if unknown:
-            raise ValueError(f"DURABLE_QUEUES[{name!r}] has {unknown[0]!r}, which is not a limit; "
+            raise ValueError(f"DURABLE_QUEUES[{name!r}] has {unknown[0]!r}, which is not a setting of a queue; "
                              f"use {', '.join(KNOWN)}.")
         rate = options.get("rate_limit")
         try:
             rate = None if rate is None else parse_rate(rate)
         except ValueError as exc:
             raise ValueError(f"DURABLE_QUEUES[{name!r}]['rate_limit']: {exc}") from None
+        fair, weights = _fairness(name, options.get("fairness", False))
         limits[name] = QueueLimits(
             name,
             concurrency=None if options.get("concurrency") is None else _positive(name, "concurrency", options["concurrency"]),
             key_concurrency=None if options.get("key_concurrency") is None
             else _positive(name, "key_concurrency", options["key_concurrency"]),
-            rate=rate,
+            rate=rate, fair=fair, weights=weights,
         )
     return limits
 
 
-_parsed: tuple = (None, {})
+def _fairness(queue: str, value) -> tuple[bool, tuple[tuple[str, int], ...]]:
+    """A queue's "fairness": False, True, or {"weights": {key: positive integer}}."""
+    if isinstance(value, bool):
+        return value, ()
+    what = f"DURABLE_QUEUES[{queue!r}]['fairness']"
+    if not isinstance(value, dict) or set(value) - {"weights"}:
+        raise ValueError(f"{what} must be True, False or {{'weights': {{key: weight}}}}, not {value!r}.")
+    weights = value.get("weights", {})
+    if not isinstance(weights, dict):
+        raise ValueError(f"{what}['weights'] must be a dict of concurrency keys to weights, not {weights!r}.")
+    for key, weight in weights.items():
+        if not isinstance(key, str) or len(key) > 200:
+            raise ValueError(f"{what}['weights'] has {key!r}, which is not a concurrency key (a string).")
+        if type(weight) is not int or not 0 < weight <= 1000:
+            raise ValueError(f"{what}['weights'][{key!r}] must be an integer from 1 to 1000, not {weight!r}.")
+    return True, tuple(sorted((key, weight) for key, weight in weights.items() if weight != 1))
+
+
+_parsed: tuple = (None, {}, {})
+
+
+def _setting() -> tuple:
+    """(the setting, its queues with a limit, its fair queues), parsed once for each value of it."""
+    global _parsed
+    setting = conf.get("QUEUES")
+    if _parsed[0] is not setting:
+        queues = parse(setting) if setting else {}
+        _parsed = (setting, {name: limits for name, limits in queues.items()
+                             if (limits.concurrency, limits.key_concurrency, limits.rate) != (None, None, None)},
+                   {name: limits for name, limits in queues.items() if limits.fair})
+    return _parsed
 
 
 def limited() -> dict[str, QueueLimits]:
-    """The queues that have a limit, by name (parsed once for each value of the setting)."""
-    global _parsed
-    setting = conf.get("QUEUES")
-    if not setting:
-        return {}
-    if _parsed[0] is not setting:
-        _parsed = (setting, {name: limits for name, limits in parse(setting).items()
-                             if (limits.concurrency, limits.key_concurrency, limits.rate) != (None, None, None)})
-    return _parsed[1]
+    """The queues that have a limit, by name. (Fairness is not a limit: it orders, it holds nothing back.)"""
+    return _setting()[1]
+
+
+def fair(queue: str) -> QueueLimits | None:
+    """The settings of `queue` if its concurrency keys take turns ("fairness"), else None."""
+    return _setting()[2].get(queue)
 
 
 def served(queues: list[str] | None) -> list[QueueLimits]:

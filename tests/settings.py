@@ -101,6 +101,9 @@ if os.environ.get("DURABLE_TEST_DIRECT_URL"):
                            "NAME": DATABASES["default"]["NAME"], "TEST": {"MIRROR": "default"}}
     DURABLE_LISTEN_DATABASE = "direct"
 
+if os.environ.get("DURABLE_TEST_QUEUES"):  # a worker subprocess of a test with DURABLE_QUEUES (JSON)
+    DURABLE_QUEUES = json.loads(os.environ["DURABLE_TEST_QUEUES"])
+
 DURABLE_LEASE_SECONDS = float(os.environ.get("DURABLE_LEASE_SECONDS", 30))
 DURABLE_HEARTBEAT_SECONDS = float(os.environ.get("DURABLE_HEARTBEAT_SECONDS", 10))
 DURABLE_REAPER_INTERVAL = float(os.environ.get("DURABLE_REAPER_INTERVAL", 10))

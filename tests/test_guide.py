@@ -44,7 +44,7 @@ def recorded(name):
 
 def test_every_marked_example_has_a_test():
     assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "patched", "since", "approval", "subject",
-                               "view", "async"}
+                               "view", "async", "fairness"}
 
 
 def test_input_validation_refuses_bad_input_and_stores_nothing(capsys):
@@ -132,6 +132,19 @@ def test_singleton_debounce_and_throttle_as_the_guide_says():
     last = WorkflowRun.objects.get(pk=namespace["last"].pk)
     assert last.status == "pending" and last.get_input()["kwargs"] == {"version": 2}
     assert WorkflowRun.objects.filter(workflow="search.reindex").count() == 3
+
+
+def test_a_fair_queue_takes_the_tenants_in_turns_as_the_guide_says():
+    from django.test import override_settings
+
+    from django_durable import workpool
+    from django_durable.models import WorkItem
+
+    with override_settings(DURABLE_QUEUES={"reports": {"fairness": True}}):
+        run_example("fairness", build_report=lambda month: month)
+        claims = [workpool.claim(worker="guide", queues=["reports"], db="default") for _ in range(7)]
+    keys = dict(WorkItem.objects.filter(queue="reports").values_list("pk", "concurrency_key"))
+    assert [keys[claim.item_id] for claim in claims] == ["tenant:1", "tenant:2"] * 3 + ["tenant:1"]
 
 
 def test_an_update_is_answered_or_refused_as_the_guide_says():

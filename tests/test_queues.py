@@ -37,7 +37,12 @@ def test_rate_limits_are_read_as_claims_per_period(text, expected):
     ({"emails": {"concurrency": "5"}}, "must be a positive integer, not '5'"),
     ({"emails": {"rate_limit": "10 per second"}}, "DURABLE_QUEUES['emails']['rate_limit']: A rate limit is written"),
     ({"emails": {"rate_limit": "0/s"}}, "positive number of claims"),
-    ({"emails": {"concurency": 5}}, "has 'concurency', which is not a limit; use concurrency, key_concurrency, rate_limit."),
+    ({"emails": {"concurency": 5}},
+     "has 'concurency', which is not a setting of a queue; use concurrency, key_concurrency, rate_limit, fairness."),
+    ({"emails": {"fairness": "yes"}}, "['fairness'] must be True, False or {'weights': {key: weight}}, not 'yes'."),
+    ({"emails": {"fairness": {"weight": {}}}}, "['fairness'] must be True, False or {'weights'"),
+    ({"emails": {"fairness": {"weights": {"acme": 0}}}}, "['fairness']['weights']['acme'] must be an integer from 1"),
+    ({"emails": {"fairness": {"weights": ["acme"]}}}, "['weights'] must be a dict of concurrency keys to weights"),
     ({"emails": 5}, "DURABLE_QUEUES['emails'] must be a dict"),
     (["emails"], "must be a dict of queue names"),
 ])

@@ -11,12 +11,12 @@ from .base import DurableManager
 from .journal import Step
 from .messages import SignalMessage, StoredEvent
 from .operators import Approval, ApprovalDecision, Definition, Overview, Schedule, Worker, WorkflowEvent
-from .pool import QueueState, StartGate, Timer, WorkItem, WorkItemQuerySet
+from .pool import FairTurn, QueueState, StartGate, Timer, WorkItem, WorkItemQuerySet
 from .runs import IdTimeField, SubjectRelation, WorkflowRun, WorkflowRunQuerySet
 from .stored import StoredPayload
 
 __all__ = [
-    "Approval", "ApprovalDecision", "Definition", "DurableManager", "IdTimeField", "Overview", "QueueState", "StartGate",
-    "Schedule", "SignalMessage", "Step", "StoredEvent", "StoredPayload", "SubjectRelation", "Timer", "Worker",
+    "Approval", "ApprovalDecision", "Definition", "DurableManager", "FairTurn", "IdTimeField", "Overview", "QueueState",
+    "StartGate", "Schedule", "SignalMessage", "Step", "StoredEvent", "StoredPayload", "SubjectRelation", "Timer", "Worker",
     "WorkflowEvent", "WorkflowRun", "WorkflowRunQuerySet", "WorkItem", "WorkItemQuerySet",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
 
 from .. import clock
 from .base import DurableManager
@@ -40,6 +40,11 @@ def _within(limit, ending, now: str) -> RawSQL:
         params.append(limit.name)
     return RawSQL(f'("durable_work_item"."queue" <> %s OR ({" AND ".join(terms)}))', [limit.name, *params],
                   output_field=models.BooleanField())
+
+
+def _ready_again():
+    """When an item made ready again is ready: now, or in a fair queue at its turn (workpool/fairness.py)."""
+    return Coalesce(F("turn"), clock.db_now())
 
 
 class WorkItemQuerySet(models.QuerySet):
@@ -84,21 +89,23 @@ class WorkItemQuerySet(models.QuerySet):
         return self.update(status=status, claim_token=None, claimed_by="", claim_expires_at=None, **fields)
 
     def requeue(self, **fields) -> int:
-        """Free these items and make them ready now, for the next worker."""
-        return self.free(WorkItem.Status.PENDING, available_at=clock.db_now(), **fields)
+        """Free these items and make them ready now (an item of a fair queue at its turn), for the next worker."""
+        return self.free(WorkItem.Status.PENDING, available_at=_ready_again(), **fields)
 
     def wake(self) -> int:
-        """Make these items ready now; one being processed is flagged to go again when it ends."""
+        """Make these items ready now (an item of a fair queue at its turn, see fairness.py); one
+        being processed is flagged to go again when it ends."""
         Status = WorkItem.Status
         return self.update(
             status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),
-            available_at=Case(When(status=Status.COMPLETED, then=clock.db_now()), default=F("available_at")),
+            available_at=Case(When(status=Status.COMPLETED, then=_ready_again()),
+                              default=F("available_at")),
             wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
         )
 
     def end(self, status: str, **fields) -> int:
         """Free these items with their delivery count reset, as an item that finished its turn."""
-        fields.setdefault("available_at", clock.db_now())
+        fields.setdefault("available_at", _ready_again())
         return self.free(status, attempts=0, wake=False, **fields)
 
 
@@ -153,6 +160,11 @@ class WorkItem(models.Model):
         help_text="Since when the workers that claimed it lacked its workflow or branch function (a rolling deploy).",
     )
     created_at = models.DateTimeField(db_default=Now())
+    turn = models.DateTimeField(
+        null=True, blank=True,
+        help_text="In a fair queue, the item's place in the turns of the concurrency keys (workpool/fairness.py): "
+                  "its available_at when it was queued, and again whenever it is woken. Empty elsewhere.",
+    )
 
     objects = DurableManager.from_queryset(WorkItemQuerySet)()
 
@@ -200,6 +212,25 @@ class WorkItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.run_id} ({self.status})"
+
+
+class FairTurn(models.Model):
+    """Where a concurrency key of a fair queue is in the queue's turns (workpool/fairness.py): the
+    turn its next item takes, and how many items have taken that turn already (up to its weight)."""
+
+    queue = models.CharField(max_length=100)
+    key = models.CharField(max_length=200, blank=True)
+    turn = models.DateTimeField()
+    used = models.PositiveIntegerField(default=0)
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_fair_turn"
+        constraints = [models.UniqueConstraint(fields=["queue", "key"], name="durable_fair_turn_key")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} / {self.key or '(no key)'} at {self.turn}"
 
 
 class QueueState(models.Model):

@@ -486,7 +486,7 @@ def record_steps(claim, records) -> tuple[int, bool]:
 def _end(item_status_sql: str, claim, records, timers, items=(), available_at=None) -> tuple[str, list]:
     """queries.END_FENCE and the END_* parts this ending needs, filled in, and their parameters."""
     sql = _fill(queries.END_FENCE, item_status=item_status_sql,
-                available_at="%s" if available_at else clock.now_sql("postgresql"))
+                available_at="%s" if available_at else f"COALESCE(turn, {clock.now_sql('postgresql')})")
     params = ([available_at] if available_at else []) + [claim.item_id, claim.token]
     consumed_sql, consumed_params = _consumed(records)
     sql += consumed_sql

@@ -173,13 +173,13 @@ FROM fence CROSS JOIN given LEFT JOIN durable_workflow_run AS r ON r.id = given.
 CLAIM = "WITH {claim_ctes} {claim_select}"
 
 # The "wake" transition of a run's advance item (WorkItemQuerySet.wake in SQL), shared by the
-# endings: a finished item is made ready now, one being processed is flagged to go again when it
-# ends, a pending one stays as it is. The runs are those whose id is {runs} ("= (SELECT ...)" of
+# endings: a finished item is made ready now (in a fair queue at its turn: fairness.py), one being
+# processed is flagged to go again when it ends, a pending one stays as it is. The runs are those whose id is {runs} ("= (SELECT ...)" of
 # one run, "= ANY(ARRAY(SELECT ...))" of several); {when} narrows it.
 WAKE = """
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN {now} ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, {now}) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id {runs} AND a.kind = 'advance'{when}
     RETURNING 1
@@ -323,7 +323,8 @@ consumed AS (
 
 # Free the item, fenced by its token: the one transition "free" of the PostgreSQL path (the ORM's
 # WorkItemQuerySet.free/end is the same for SQLite and the services). {item_status} is what it
-# becomes; {available_at} when it is ready again if it is pending. An advance item forgets the
+# becomes; {available_at} when it is ready again if it is pending (now, or in a fair queue its
+# turn: fairness.py; a branch's retry, its back-off). An advance item forgets the
 # step it was on; a branch keeps its key. Everything after `fence` happens only if it held.
 END_FENCE = """
 WITH fence AS (
@@ -332,7 +333,7 @@ WITH fence AS (
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 )"""
 
 # The last journal entries of the item ({rows}: one typed row each).
@@ -344,13 +345,13 @@ steps AS (
 )"""
 
 # Queue the run's parallel branches, (step_key, group, function, input) rows, on the run's queue,
-# with its priority and concurrency key.
+# with its priority and concurrency key (and in a fair queue at the run's turn: fairness.py).
 END_BRANCHES = """,
 branches AS (
     INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority, concurrency_key,
-                                   status, available_at, attempts, wake, claimed_by, last_error, created_at)
+                                   status, available_at, turn, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
-           'pending', {now}, 0, false, '', '', {now}
+           'pending', COALESCE(fence.turn, {now}), fence.turn, 0, false, '', '', {now}
     FROM fence,
          (SELECT queue, priority, concurrency_key FROM durable_workflow_run
           WHERE id = (SELECT run_id FROM fence){given_partition}) AS r,

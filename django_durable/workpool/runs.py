@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
-from .. import clock, conf, partitioning, serialization, telemetry
+from .. import clock, conf, partitioning, queues, serialization, telemetry
 from ..databases import refuse_other_transaction
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
-from . import postgres, queries
+from . import fairness, postgres, queries
 from .wakeups import notify
 
 
@@ -66,7 +66,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     if lock is not None:
         run.subject_lock = lock
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
-            and definition.timeout is None and subject is None and lock is None and conf.vendor(db) == "postgresql":
+            and definition.timeout is None and subject is None and lock is None and conf.vendor(db) == "postgresql" \
+            and queues.fair(queue_name) is None:
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:
@@ -104,7 +105,9 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                     return existing
             run = existing
         # A delayed run's item stays idle until its timer wakes it (fire_timers: ready as of run_at).
-        advance_item(run, ready=run_at is None or due, available_at=run_at).save(using=db, force_insert=True)
+        ready = run_at is None or due
+        turn = fairness.turns(db, run.queue, run.concurrency_key) if ready else None  # None: not a fair queue
+        advance_item(run, ready=ready, available_at=run_at, turn=turn and turn[0]).save(using=db, force_insert=True)
         if run_at is not None and not due:
             Timer.objects.using(db).create(kind=Timer.Kind.DELAYED_START, run=run, fire_at=run_at)
         if definition.timeout is not None:
@@ -122,12 +125,13 @@ def stored_input(definition, args, kwargs: dict, run_id) -> str:
                                 max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=run_id)
 
 
-def advance_item(run, *, ready: bool = True, available_at=None) -> WorkItem:
+def advance_item(run, *, ready: bool = True, available_at=None, turn=None) -> WorkItem:
     """The work item that advances `run` (a WorkflowRun or a NewRun), unsaved: ready now (or as
-    of `available_at`), or idle (``completed``) until a wakeup makes it ready. A run has exactly
-    one, for its whole life."""
+    of `available_at`, or at its `turn` in a fair queue: fairness.turns), or idle (``completed``)
+    until a wakeup makes it ready. A run has exactly one, for its whole life."""
     return WorkItem(kind=WorkItem.Kind.ADVANCE, run_id=run.id, queue=run.queue, priority=run.priority,
-                    concurrency_key=run.concurrency_key or "", available_at=available_at or clock.db_now(),
+                    concurrency_key=run.concurrency_key or "", turn=turn,
+                    available_at=turn or available_at or clock.db_now(),
                     status=WorkItem.Status.PENDING if ready else WorkItem.Status.COMPLETED)
 
 
@@ -224,7 +228,7 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
     """
     for first in range(0, len(runs), START_MANY_BATCH):
         batch = runs[first:first + START_MANY_BATCH]
-        if conf.vendor(db) == "postgresql":
+        if conf.vendor(db) == "postgresql" and not any(queues.fair(run.queue) for run in batch):
             arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
             inputs = json.dumps([run.input for run in batch])
             _insert(db, queries.START_MANY, [*arrays, inputs], skip_existing=skip_existing,
@@ -234,7 +238,21 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
             WorkflowRun.objects.using(db).bulk_create(
                 [WorkflowRun(**new._asdict()) for new in batch], ignore_conflicts=skip_existing)
             # An item's run id is unique among advance items: a run left out keeps the item it has.
-            WorkItem.objects.using(db).bulk_create([advance_item(new) for new in batch], ignore_conflicts=skip_existing)
+            taken = _turns(db, batch)
+            WorkItem.objects.using(db).bulk_create([advance_item(new, turn=taken.get(new.id)) for new in batch],
+                                                   ignore_conflicts=skip_existing)
+
+
+def _turns(db: str, runs: list[NewRun]) -> dict:
+    """{run id: its turn} of the runs in fair queues (fairness.turns), taken for each key at once."""
+    keys: dict[tuple[str, str], list] = {}
+    for run in runs:
+        if queues.fair(run.queue) is not None:
+            keys.setdefault((run.queue, run.concurrency_key), []).append(run.id)
+    taken = {}
+    for (queue, key), ids in keys.items():
+        taken.update(zip(ids, fairness.turns(db, queue, key, len(ids))))
+    return taken
 
 
 def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=None) -> list:

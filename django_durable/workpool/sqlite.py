@@ -152,7 +152,7 @@ def _consume(claim, records) -> None:
 
 def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:
     if not claim.fence().end(
-        item_status, available_at=available_at or clock.db_now(), missing_since=None,
+        item_status, **({"available_at": available_at} if available_at else {}), missing_since=None,
         step_key=Case(When(kind=WorkItem.Kind.ADVANCE, then=Value("")), default=F("step_key")),
     ):
         return False
@@ -169,9 +169,10 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
     _consume(claim, records)
     if items:
         run = WorkflowRun.objects.using(claim.db).values("queue", "priority", "concurrency_key").get(id=claim.run_id)
+        turn = WorkItem.objects.using(claim.db).values_list("turn", flat=True).get(id=claim.item_id)  # fairness.py
         WorkItem.objects.using(claim.db).bulk_create(
             WorkItem(kind=WorkItem.Kind.STEP, run_id=claim.run_id, step_key=key, group=group, function=function,
-                     input=text, available_at=clock.db_now(), **run)
+                     input=text, available_at=turn or clock.db_now(), turn=turn, **run)
             for key, group, function, text in items
         )
     Timer.objects.using(claim.db).bulk_create(

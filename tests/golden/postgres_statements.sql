@@ -113,11 +113,11 @@ SELECT (SELECT count(*) FROM written),
 -- name: finish a run (21 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -144,7 +144,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
@@ -160,11 +160,11 @@ SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notif
 -- name: finish a run and claim the next item (24 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -191,7 +191,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
@@ -242,11 +242,11 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = statement_timestamp(), claim_token = NULL,
+    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -255,9 +255,9 @@ steps AS (
 ),
 branches AS (
     INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority, concurrency_key,
-                                   status, available_at, attempts, wake, claimed_by, last_error, created_at)
+                                   status, available_at, turn, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
-           'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
+           'pending', COALESCE(fence.turn, statement_timestamp()), fence.turn, 0, false, '', '', statement_timestamp()
     FROM fence,
          (SELECT queue, priority, concurrency_key FROM durable_workflow_run
           WHERE id = (SELECT run_id FROM fence)) AS r,
@@ -281,11 +281,11 @@ SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('du
 -- name: hand a run back to the queue and claim the next item (7 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'pending', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'pending', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 moved AS (
     UPDATE durable_workflow_run AS r
@@ -333,11 +333,11 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: finish a branch (25 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -358,7 +358,7 @@ stopped AS (
 woke AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
@@ -404,11 +404,11 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: finish a failed branch of a fail-fast group (25 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -429,7 +429,7 @@ stopped AS (
 woke AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
@@ -479,7 +479,7 @@ WITH fence AS (
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -543,11 +543,11 @@ FROM unnest(%s::text[]) AS turn (queue);
 -- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
@@ -569,7 +569,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
@@ -783,7 +783,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = ANY(ARRAY(SELECT parent_id FROM done WHERE parent_id IS NOT NULL)) AND a.kind = 'advance'
     RETURNING 1

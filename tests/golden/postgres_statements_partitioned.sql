@@ -73,11 +73,11 @@ SELECT (SELECT count(*) FROM written),
 -- name: finish a run (23 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -104,7 +104,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
@@ -120,11 +120,11 @@ SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notif
 -- name: finish a run and claim the next item (26 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -151,7 +151,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1
@@ -182,11 +182,11 @@ FROM claimed AS c) AS nxt ON true;
 -- name: hand a run back to wait, with a timer and two parallel branches (34 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = statement_timestamp(), claim_token = NULL,
+    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -195,9 +195,9 @@ steps AS (
 ),
 branches AS (
     INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, input, queue, priority, concurrency_key,
-                                   status, available_at, attempts, wake, claimed_by, last_error, created_at)
+                                   status, available_at, turn, attempts, wake, claimed_by, last_error, created_at)
     SELECT 'step', fence.run_id, b.step_key, b.grp, b.function, b.input, r.queue, r.priority, r.concurrency_key,
-           'pending', statement_timestamp(), 0, false, '', '', statement_timestamp()
+           'pending', COALESCE(fence.turn, statement_timestamp()), fence.turn, 0, false, '', '', statement_timestamp()
     FROM fence,
          (SELECT queue, priority, concurrency_key FROM durable_workflow_run
           WHERE id = (SELECT run_id FROM fence) AND id_time = %s) AS r,
@@ -221,11 +221,11 @@ SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('du
 -- name: hand a run back to the queue and claim the next item (8 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'pending', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'pending', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 moved AS (
     UPDATE durable_workflow_run AS r
@@ -253,11 +253,11 @@ FROM claimed AS c) AS nxt ON true;
 -- name: finish a branch (27 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -278,7 +278,7 @@ stopped AS (
 woke AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
@@ -304,11 +304,11 @@ FROM claimed AS c) AS nxt ON true;
 -- name: finish a failed branch of a fail-fast group (27 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -329,7 +329,7 @@ stopped AS (
 woke AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT run_id FROM fence) AND a.kind = 'advance'
       AND (%s OR (SELECT remaining FROM grp) <= 0)
@@ -359,7 +359,7 @@ WITH fence AS (
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -403,11 +403,11 @@ FROM unnest(%s::text[]) AS turn (queue);
 -- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (19 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL,
+    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
         claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id
+    RETURNING run_id, turn
 ),
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
@@ -429,7 +429,7 @@ unneeded AS (
 parent AS (
     UPDATE durable_work_item AS a
     SET status = CASE WHEN a.status = 'completed' THEN 'pending' ELSE a.status END,
-        available_at = CASE WHEN a.status = 'completed' THEN statement_timestamp() ELSE a.available_at END,
+        available_at = CASE WHEN a.status = 'completed' THEN COALESCE(a.turn, statement_timestamp()) ELSE a.available_at END,
         wake = CASE WHEN a.status = 'processing' THEN true ELSE a.wake END
     WHERE a.run_id = (SELECT parent_id FROM done) AND a.kind = 'advance'
     RETURNING 1

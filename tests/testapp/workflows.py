@@ -124,6 +124,14 @@ def streamer(ctx, n=3, gap=0.0):
     return n
 
 
+@durable.workflow("tests.marked")
+def marked(ctx, label="a", steps=1):
+    """`steps` steps, each recording `label` in the ledger: the order the runs' steps ran in."""
+    for i in range(steps):
+        ctx.step(f"mark:{i}", mark, ctx.run_id, label)
+    return label
+
+
 @durable.workflow("tests.echo")
 def echo(ctx, *args, **kwargs):
     """Takes anything: returns what it was given."""
