@@ -1,9 +1,10 @@
 """Queues with limits (DURABLE_QUEUES): how many items of a queue run at once, how many of one
-concurrency key, and how many start per period, across every worker.
+concurrency key, and how many start per period, across every worker; and queues whose concurrency
+keys take turns ("fairness", workpool/fairness.py: it orders a queue, it holds nothing back).
 
     DURABLE_QUEUES = {
         "emails": {"concurrency": 5, "rate_limit": "10/s"},
-        "reports": {"concurrency": 20, "key_concurrency": 1},
+        "reports": {"concurrency": 20, "key_concurrency": 1, "fairness": True},
     }
 
 A queue not named here has no limits. The limits are enforced in the claim itself, so two
@@ -133,19 +134,25 @@ def _fairness(queue: str, value) -> tuple[bool, tuple[tuple[str, int], ...]]:
     return True, tuple(sorted((key, weight) for key, weight in weights.items() if weight != 1))
 
 
-_parsed: tuple = (None, {}, {})
+_parsed: tuple = (None, {}, {}, {})
 
 
 def _setting() -> tuple:
-    """(the setting, its queues with a limit, its fair queues), parsed once for each value of it."""
+    """(the setting, its queues with a limit, its fair queues, both), parsed once for each value of it."""
     global _parsed
     setting = conf.get("QUEUES")
     if _parsed[0] is not setting:
         queues = parse(setting) if setting else {}
-        _parsed = (setting, {name: limits for name, limits in queues.items()
-                             if (limits.concurrency, limits.key_concurrency, limits.rate) != (None, None, None)},
-                   {name: limits for name, limits in queues.items() if limits.fair})
+        limited = {name: limits for name, limits in queues.items()
+                   if (limits.concurrency, limits.key_concurrency, limits.rate) != (None, None, None)}
+        fair = {name: limits for name, limits in queues.items() if limits.fair}
+        _parsed = (setting, limited, fair, {name: queues[name] for name in sorted(limited.keys() | fair.keys())})
     return _parsed
+
+
+def configured() -> dict[str, QueueLimits]:
+    """The queues with a limit or fairness, by name: what the overview and `durable stats` show."""
+    return _setting()[3]
 
 
 def limited() -> dict[str, QueueLimits]:

@@ -165,11 +165,14 @@ def delete_orphaned_payloads() -> int:
 
 
 def delete_idle_gates() -> int:
-    """Delete the debounce and throttle rows of keys unused for DURABLE_RETENTION; return how many."""
-    from .models import StartGate
+    """Delete the debounce and throttle rows of keys unused for DURABLE_RETENTION, and the turn rows
+    of fair queues' keys that gave no turn for as long; return how many. (A key whose row is gone
+    starts again at its queue's head, as a key that fell behind does: workpool/fairness.py.)"""
+    from .models import FairTurn, StartGate
 
     idle = clock.database_now(conf.get("DATABASE")) - default_retention()
-    return StartGate.objects.filter(updated_at__lt=idle).delete()[1].get(StartGate._meta.label, 0)
+    return (StartGate.objects.filter(updated_at__lt=idle).delete()[1].get(StartGate._meta.label, 0)
+            + FairTurn.objects.filter(turn__lt=idle).delete()[1].get(FairTurn._meta.label, 0))
 
 
 def count(older_than: dt.timedelta | None = None) -> int:

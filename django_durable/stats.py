@@ -124,7 +124,7 @@ def queue_lag(now):
     """Per queue with work ready, running or a limit (DURABLE_QUEUES): how many items are ready
     now and how long the oldest has waited (the partial index), how many are being processed,
     the queue's limits and whether they hold work back now."""
-    from .queues import limited
+    from .queues import configured
 
     ready = {queue: (n, oldest) for queue, n, oldest in (
         WorkItem.objects.filter(status=WorkItem.Status.PENDING, available_at__lte=now).order_by()
@@ -132,7 +132,7 @@ def queue_lag(now):
     )}
     running = dict(WorkItem.objects.filter(status=WorkItem.Status.PROCESSING).order_by()
                    .values_list("queue").annotate(n=Count("pk")))
-    limits = limited()
+    limits = configured()
     rows = []
     for queue in sorted(ready.keys() | running.keys() | limits.keys()):
         n, oldest = ready.get(queue, (0, None))

@@ -8,11 +8,14 @@ import collections
 import json
 
 import pytest
+from django.db.models import F
 from django.test import override_settings
+from django.utils import timezone
 
 import django_durable as durable
 from django_durable import workpool
 from django_durable.models import FairTurn, WorkflowRun, WorkItem
+from django_durable.stats import queue_lag
 from django_durable.testing import drain
 from django_durable.workpool import fairness
 from tests.conftest import assert_settled
@@ -64,16 +67,30 @@ def test_a_weight_gives_a_key_that_many_turns_to_one():
     assert keys[:8] == ["heavy", "heavy", "heavy", "light"] * 2
 
 
+def test_a_weighted_key_gives_each_turn_to_that_many_items_started_one_by_one_or_at_once():
+    with override_settings(DURABLE_QUEUES=WEIGHTED):
+        single = [durable.start("tests.marked", queue="reports", concurrency_key="heavy").pk for _ in range(4)]
+        many = backlog("heavy", 5)
+        light = backlog("light", 2)
+    turns = dict(WorkItem.objects.values_list("run_id", "turn"))
+    first = turns[single[0]]
+    assert [(turns[run] - first) // fairness.TICK for run in [*single, *many]] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert [(turns[run] - first) // fairness.TICK for run in light] == [0, 1]  # from the queue's head, one a turn
+    assert WorkItem.objects.filter(run_id__in=[*single, *many, *light]).exclude(available_at=F("turn")).count() == 0
+
+
 def test_a_key_that_fell_behind_starts_again_at_the_head_and_an_unfair_queue_takes_no_turns():
     with override_settings(DURABLE_QUEUES=FAIR):
         first = durable.start("tests.marked", queue="reports", concurrency_key="a")
         row = FairTurn.objects.get(queue="reports", key="a")
         item = WorkItem.objects.get(run_id=first.pk)
-        assert item.turn == item.available_at and row.turn > item.turn
+        assert item.turn == item.available_at == row.turn and row.used == 1  # the last turn given, and to how many
         drain(queues=["reports"])
         later = durable.start("tests.marked", queue="reports", concurrency_key="a")  # idle meanwhile
         assert WorkItem.objects.get(run_id=later.pk).turn > row.turn
         other = durable.start("tests.marked", queue="default", concurrency_key="a")
+        shown = {row["queue"]: row["limits"] for row in queue_lag(timezone.now())}
+    assert shown == {"default": "", "reports": "fair shares by key"}  # the overview and `durable stats`
     assert WorkItem.objects.get(run_id=other.pk).turn is None
     assert FairTurn.objects.count() == 1
     assert fairness.turns("default", "default", "a") is None

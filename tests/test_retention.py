@@ -99,16 +99,19 @@ def test_a_retention_must_be_positive():
 
 
 @pytest.mark.django_db
-def test_the_prune_deletes_the_gates_of_keys_unused_for_the_retention():
+def test_the_prune_deletes_the_gates_and_fair_turns_of_keys_unused_for_the_retention():
     import datetime as dt
 
     from django.utils import timezone
 
-    from django_durable.models import StartGate
+    from django_durable.models import FairTurn, StartGate
     from django_durable.retention import delete_idle_gates
 
     old = StartGate.objects.create(workflow="w", kind="throttle", key="old")
     StartGate.objects.create(workflow="w", kind="throttle", key="recent")
     StartGate.objects.filter(pk=old.pk).update(updated_at=timezone.now() - dt.timedelta(days=400))
-    assert delete_idle_gates() == 1
+    FairTurn.objects.create(queue="reports", key="old", turn=timezone.now() - dt.timedelta(days=400))
+    FairTurn.objects.create(queue="reports", key="recent", turn=timezone.now())
+    assert delete_idle_gates() == 2
     assert list(StartGate.objects.values_list("key", flat=True)) == ["recent"]
+    assert list(FairTurn.objects.values_list("key", flat=True)) == ["recent"]

@@ -62,6 +62,8 @@ def _statements() -> list[tuple[str, str, int]]:
         nothing_ready = (None,) * 18
         if "durable_workflow_run (id" in sql:  # a start
             return (1, at, at), 1
+        if "durable_fair_turn" in sql:  # turns taken before a start_many() in a fair queue: the key's row after
+            return (at, 1), 1
         if "given AS (" in sql:  # the run of an item just claimed (partitioned runs)
             return (None,) * 9, 1
         if "written AS (" in sql:  # journal entries written while a step runs
@@ -102,6 +104,10 @@ def _statements() -> list[tuple[str, str, int]]:
         ("start a schedule's fire times, each once", lambda: runs.insert_ready(
             [runs.NewRun(uuid.UUID(int=4), "tests.three_steps", "{}", 1, "default", 0, idempotency_key="s:t",
                          scheduled_at=at)], "default", skip_existing=True, notify=False)),
+        ("start a run in a fair queue", lambda: _fair(lambda: durable.start(
+            "tests.three_steps", x=1, queue="reports", concurrency_key="tenant:1"))),
+        ("start many runs in a fair queue", lambda: _fair(lambda: durable.start_many(
+            "tests.three_steps", [{"x": 1}, {"x": 2}], queue="reports", concurrency_key="tenant:1"))),
     ]
     from django_durable import partitioning
     from django_durable.workpool import Ending
@@ -140,6 +146,13 @@ def _limited(call):
     from django.test import override_settings
 
     with override_settings(DURABLE_QUEUES={"emails": {"concurrency": 5, "key_concurrency": 1, "rate_limit": "10/s"}}):
+        call()
+
+
+def _fair(call):
+    from django.test import override_settings
+
+    with override_settings(DURABLE_QUEUES={"reports": {"fairness": {"weights": {"tenant:1": 2}}}}):
         call()
 
 

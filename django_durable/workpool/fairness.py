@@ -28,56 +28,63 @@ queued at its turn too. So in a fair queue runs that have started go before runs
 and a key's backlog of new runs never delays another key's runs between their steps.
 
 Giving a turn takes the key's row lock until the start commits: starts of one key in one fair
-queue take turns, starts of different keys do not.
+queue take turns, starts of different keys do not. On PostgreSQL a start() takes its turn in its
+one statement (queries.START with FAIR_TURN), start_many() one statement per key before its insert.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
-from .. import clock, queues
+from .. import clock, conf, queues
 from ..models import FairTurn, WorkItem
+from . import postgres, queries
 
-__all__ = ["TICK", "turns"]
+__all__ = ["TICK", "given", "turns", "weight"]
 
 # The distance between two turns of a key.
 TICK = dt.timedelta(microseconds=1)
 
-# A new key's turn, before the queue's clock sets it.
-_NEVER = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+def weight(queue: str, key: str) -> int | None:
+    """The weight of `key` in `queue` (1 unless DURABLE_QUEUES gives another), None if the queue is not fair."""
+    fair = queues.fair(queue)
+    return None if fair is None else fair.weight(key)
 
 
 def turns(db: str, queue: str, key: str, count: int = 1) -> list[dt.datetime] | None:
     """The turns of `count` new items of `key` in `queue`, in order, taken for them; None when
-    `queue` is not fair. Runs inside the caller's transaction (it opens one if there is none):
-    the key's row stays locked until it commits."""
-    fair = queues.fair(queue)
-    if fair is None:
+    `queue` is not fair. Inside the caller's transaction (one of its own if there is none): the
+    key's row stays locked until it commits."""
+    w = weight(queue, key)
+    if w is None:
         return None
-    weight = fair.weight(key)
     with transaction.atomic(using=db):
-        row = _locked_row(db, queue, key)
-        head = WorkItem.objects.using(db).ready([queue]).values_list("available_at", flat=True).first()
-        now = head if head is not None else clock.database_now(db)
-        if row.turn < now:  # idle, or new: the key starts again at the queue's clock
-            row.turn, row.used = now, 0
-        given = [row.turn + TICK * ((row.used + n) // weight) for n in range(count)]
-        row.turn, row.used = row.turn + TICK * ((row.used + count) // weight), (row.used + count) % weight
-        row.save(using=db, update_fields=["turn", "used"])
-    return given
+        if conf.vendor(db) == "postgresql":
+            sql = queries.FAIR_TURN_ALONE.format(now=clock.now_sql("postgresql"))
+            last, used = postgres.execute(db, sql, [queue, key, count, w, queue])[0]
+        else:
+            last, used = _take(db, queue, key, count, w)
+    return given(last, used, count, w)
 
 
-def _locked_row(db: str, queue: str, key: str) -> FairTurn:
-    """The key's FairTurn row, locked (made if it is new: of two first starts, one makes it)."""
-    rows = FairTurn.objects.using(db).select_for_update()
-    row = rows.filter(queue=queue, key=key).first()
-    if row is None:
-        try:
-            with transaction.atomic(using=db):
-                FairTurn.objects.using(db).create(queue=queue, key=key, turn=_NEVER)
-        except IntegrityError:
-            pass  # another start made it first
-        row = rows.get(queue=queue, key=key)
-    return row
+def given(last: dt.datetime, used: int, count: int, w: int) -> list[dt.datetime]:
+    """The turns of the `count` items just given, from the key's row after (its last turn, and how
+    many items took it): counted back from the last, w items to a turn."""
+    return [last - TICK * ((count - 1 - n + w - used) // w) for n in range(count)]
+
+
+def _take(db: str, queue: str, key: str, count: int, w: int) -> tuple[dt.datetime, int]:
+    """queries.FAIR_TURN on SQLite, whose transaction holds the database's write lock from its start:
+    the key's row after `count` more items."""
+    head = WorkItem.objects.using(db).ready([queue]).values_list("available_at", flat=True).first()
+    now = head if head is not None else clock.now()
+    row = FairTurn.objects.using(db).filter(queue=queue, key=key).first()
+    if row is None or row.turn < now:  # new, or behind the queue's clock: starts again at it
+        last, used = now + TICK * ((count - 1) // w), (count - 1) % w + 1
+    else:
+        last, used = row.turn + TICK * ((row.used + count - 1) // w), (row.used + count - 1) % w + 1
+    FairTurn.objects.using(db).update_or_create(queue=queue, key=key, defaults={"turn": last, "used": used})
+    return last, used

@@ -470,7 +470,7 @@ FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
 # from the columns' defaults (the database's clock), but an item's `available_at` from {now}, so
 # that a frozen test clock sees it ready. Answers how many runs, and the (last) run's timestamps.
 START = """
-WITH run AS (
+WITH {turn}run AS (
     INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
                                       concurrency_key, idempotency_key, scheduled_at, detached{id_time_column})
     {runs}{conflict}
@@ -478,13 +478,23 @@ WITH run AS (
 ),
 item AS (
     INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
-                                   status, available_at, attempts, wake, claimed_by, last_error)
-    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', {now}, 0,
-           false, '', ''
-    FROM run
+                                   status, available_at, attempts, wake, claimed_by, last_error{turn_column})
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', {available_at}, 0,
+           false, '', ''{turn_value}
+    FROM run{turns}
     RETURNING 1
 )
 SELECT count(*), max(created_at), max(updated_at){notify} FROM run"""
+
+# In a fair queue (fairness.py), {turn} is FAIR_TURN and the item's turn is its `available_at`
+# (START_TURN); many runs' turns, taken before, are given as two arrays, run ids and their turns
+# (START_TURNS: a run of a first-come queue among them has none and is ready now). Elsewhere the
+# four parts are empty and the item is ready {now}.
+START_TURN = {"available_at": "(SELECT turn FROM turn)", "turn_column": ", turn",
+              "turn_value": ", (SELECT turn FROM turn)", "turns": ""}
+START_TURNS = {"available_at": "COALESCE(f.turn, {now})", "turn_column": ", turn", "turn_value": ", f.turn",
+               "turns": " LEFT JOIN unnest(%s::uuid[], %s::timestamptz[]) AS f (id, turn) ON f.id = run.id"}
+START_FIRST_COME = {"available_at": "{now}", "turn_column": "", "turn_value": "", "turns": ""}
 
 # One run: its id, workflow, input, max_attempts, queue, priority, concurrency key.
 START_ONE = "VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, NULL, NULL, false{id_time_value})"
@@ -530,3 +540,34 @@ RETURNING status, result, error, queue"""
 # The end of runs ended outside a worker's statement (a cancel, a forced failure, the reaper's
 # poison), announced to the waits that marked them; delivered when the transaction commits.
 ANNOUNCE = "SELECT pg_notify('durable_done', id::text) FROM durable_workflow_run WHERE id = ANY(%s) AND awaited"
+
+
+# -- fair queues ------------------------------------------------------------------------------------
+
+# Give `n` new items of a key of a fair queue their turns (fairness.py), given the queue, the key,
+# n, the key's weight w and the queue again. The key's row holds the last turn it gave and how many
+# items took it (at most w). A key behind the queue's clock (the `available_at` of the queue's first
+# ready item, or now) starts again at the clock; otherwise its items take the turns after its last,
+# w items to a turn, a microsecond apart. Answers the row as it is after (fairness.given() works out
+# each item's turn from it). The row stays locked until the statement's transaction commits, so
+# starts of one key take turns. Its SQLite twin is fairness._take.
+FAIR_TURN = """fair AS (
+    SELECT %s::varchar AS queue, %s::varchar AS key, %s::integer AS n, %s::integer AS w,
+           COALESCE((SELECT h.available_at FROM durable_work_item AS h
+                     WHERE h.status = 'pending' AND h.queue = %s AND h.available_at <= {now}
+                     ORDER BY h.priority DESC, h.available_at, h.id LIMIT 1), {now}) AS clock
+),
+turn AS (
+    INSERT INTO durable_fair_turn AS t (queue, key, turn, used)
+    SELECT fair.queue, fair.key, fair.clock + interval '1 microsecond' * ((fair.n - 1) / fair.w),
+           mod(fair.n - 1, fair.w) + 1
+    FROM fair
+    ON CONFLICT (queue, key) DO UPDATE SET
+        turn = CASE WHEN t.turn < (SELECT clock FROM fair) THEN EXCLUDED.turn
+                    ELSE t.turn + interval '1 microsecond' * ((t.used + (SELECT n - 1 FROM fair)) / (SELECT w FROM fair))
+               END,
+        used = CASE WHEN t.turn < (SELECT clock FROM fair) THEN EXCLUDED.used
+                    ELSE mod(t.used + (SELECT n - 1 FROM fair), (SELECT w FROM fair)) + 1 END
+    RETURNING t.turn, t.used
+)"""
+FAIR_TURN_ALONE = "WITH " + FAIR_TURN + "\nSELECT turn, used FROM turn"

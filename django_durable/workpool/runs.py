@@ -66,8 +66,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     if lock is not None:
         run.subject_lock = lock
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
-            and definition.timeout is None and subject is None and lock is None and conf.vendor(db) == "postgresql" \
-            and queues.fair(queue_name) is None:
+            and definition.timeout is None and subject is None and lock is None and conf.vendor(db) == "postgresql":
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:
@@ -165,30 +164,40 @@ def _busy(definition, run: WorkflowRun, db: str) -> SubjectBusy:
 
 
 def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
-    """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START_ONE)."""
+    """The commonest start, a run ready now, in one statement on PostgreSQL (queries.START_ONE; in
+    a fair queue its turn taken in the same statement, queries.FAIR_TURN)."""
     run.id_time = partitioning.runs.key(run.id, db)
     params = [run.id, run.workflow, run.input, run.max_attempts, run.queue, run.priority, run.concurrency_key]
     if partitioning.runs.layout(db) is not None:
         params.append(run.id_time)
-    _, run.created_at, run.updated_at = _insert(db, queries.START_ONE, params, notify=queries.START_NOTIFY_IF_IDLE)
+    weight = fairness.weight(run.queue, run.concurrency_key)
+    if weight is not None:
+        params = [run.queue, run.concurrency_key, 1, weight, run.queue, *params]
+    _, run.created_at, run.updated_at = _insert(db, queries.START_ONE, params, notify=queries.START_NOTIFY_IF_IDLE,
+                                                turns=None if weight is None else "one")
     run._state.adding, run._state.db = False, db
     return run
 
 
 def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str | None = None,
-            skip_existing: bool = False) -> tuple:
+            skip_existing: bool = False, turns: str | None = None) -> tuple:
     """queries.START with `runs` as its rows and `notify` (a START_NOTIFY, or "") as its wake-up;
-    (how many runs, the last one's created_at, updated_at)."""
+    (how many runs, the last one's created_at, updated_at). `turns`: "one", the run's turn in a fair
+    queue taken by the statement (FAIR_TURN's parameters first), or "many", the runs' turns taken
+    before (two arrays last: run ids and their turns); None, every run ready now."""
     parts = postgres.run_parts()
     now = clock.now_sql("postgresql")
     key = (runs, notify if conf.get("LISTEN_NOTIFY") else "", parts["id_time_column"], id_time_value, skip_existing,
-           now)
+           now, turns)
     sql = _start_sql.get(key)
     if sql is None:  # assembled once per shape, not at every start
         if id_time_value is not None and parts["id_time_value"]:
             parts = {**parts, "id_time_value": id_time_value}
+        item = {"one": queries.START_TURN, "many": queries.START_TURNS}.get(turns, queries.START_FIRST_COME)
         sql = queries.START.format(runs=runs.format(**parts), now=now, notify=key[1].format(now=now),
-                                   conflict="\n    ON CONFLICT DO NOTHING" if skip_existing else "", **parts)
+                                   conflict="\n    ON CONFLICT DO NOTHING" if skip_existing else "",
+                                   turn=queries.FAIR_TURN.format(now=now) + ",\n" if turns == "one" else "",
+                                   **{name: text.format(now=now) for name, text in item.items()}, **parts)
         if len(_start_sql) > 64:
             _start_sql.clear()
         _start_sql[key] = sql
@@ -228,17 +237,18 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
     """
     for first in range(0, len(runs), START_MANY_BATCH):
         batch = runs[first:first + START_MANY_BATCH]
-        if conf.vendor(db) == "postgresql" and not any(queues.fair(run.queue) for run in batch):
+        taken = _turns(db, batch)  # {run id: its turn} of the runs in fair queues
+        if conf.vendor(db) == "postgresql":
             arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
             inputs = json.dumps([run.input for run in batch])
-            _insert(db, queries.START_MANY, [*arrays, inputs], skip_existing=skip_existing,
+            _insert(db, queries.START_MANY, [*arrays, inputs, *([list(taken), list(taken.values())] if taken else [])],
+                    skip_existing=skip_existing, turns="many" if taken else None,
                     notify=queries.START_NOTIFY if notify and first + START_MANY_BATCH >= len(runs) else "",
                     id_time_value=", durable_run_id_time(given.id)")
         else:
             WorkflowRun.objects.using(db).bulk_create(
                 [WorkflowRun(**new._asdict()) for new in batch], ignore_conflicts=skip_existing)
             # An item's run id is unique among advance items: a run left out keeps the item it has.
-            taken = _turns(db, batch)
             WorkItem.objects.using(db).bulk_create([advance_item(new, turn=taken.get(new.id)) for new in batch],
                                                    ignore_conflicts=skip_existing)
 
@@ -248,7 +258,7 @@ def _turns(db: str, runs: list[NewRun]) -> dict:
     keys: dict[tuple[str, str], list] = {}
     for run in runs:
         if queues.fair(run.queue) is not None:
-            keys.setdefault((run.queue, run.concurrency_key), []).append(run.id)
+            keys.setdefault((run.queue, run.concurrency_key or ""), []).append(run.id)
     taken = {}
     for (queue, key), ids in keys.items():
         taken.update(zip(ids, fairness.turns(db, queue, key, len(ids))))

@@ -531,6 +531,90 @@ item AS (
 )
 SELECT count(*), max(created_at), max(updated_at) FROM run;
 
+-- name: start a run in a fair queue (13 parameters)
+WITH fair AS (
+    SELECT %s::varchar AS queue, %s::varchar AS key, %s::integer AS n, %s::integer AS w,
+           COALESCE((SELECT h.available_at FROM durable_work_item AS h
+                     WHERE h.status = 'pending' AND h.queue = %s AND h.available_at <= statement_timestamp()
+                     ORDER BY h.priority DESC, h.available_at, h.id LIMIT 1), statement_timestamp()) AS clock
+),
+turn AS (
+    INSERT INTO durable_fair_turn AS t (queue, key, turn, used)
+    SELECT fair.queue, fair.key, fair.clock + interval '1 microsecond' * ((fair.n - 1) / fair.w),
+           mod(fair.n - 1, fair.w) + 1
+    FROM fair
+    ON CONFLICT (queue, key) DO UPDATE SET
+        turn = CASE WHEN t.turn < (SELECT clock FROM fair) THEN EXCLUDED.turn
+                    ELSE t.turn + interval '1 microsecond' * ((t.used + (SELECT n - 1 FROM fair)) / (SELECT w FROM fair))
+               END,
+        used = CASE WHEN t.turn < (SELECT clock FROM fair) THEN EXCLUDED.used
+                    ELSE mod(t.used + (SELECT n - 1 FROM fair), (SELECT w FROM fair)) + 1 END
+    RETURNING t.turn, t.used
+),
+run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached, id_time)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, NULL, NULL, false, %s)
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error, turn)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', (SELECT turn FROM turn), 0,
+           false, '', '', (SELECT turn FROM turn)
+    FROM run
+    RETURNING 1
+)
+SELECT count(*), max(created_at), max(updated_at),
+       (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
+            SELECT 1 FROM durable_work_item AS w
+            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
+
+-- name: start many runs in a fair queue, statement 1 of 2 (5 parameters)
+WITH fair AS (
+    SELECT %s::varchar AS queue, %s::varchar AS key, %s::integer AS n, %s::integer AS w,
+           COALESCE((SELECT h.available_at FROM durable_work_item AS h
+                     WHERE h.status = 'pending' AND h.queue = %s AND h.available_at <= statement_timestamp()
+                     ORDER BY h.priority DESC, h.available_at, h.id LIMIT 1), statement_timestamp()) AS clock
+),
+turn AS (
+    INSERT INTO durable_fair_turn AS t (queue, key, turn, used)
+    SELECT fair.queue, fair.key, fair.clock + interval '1 microsecond' * ((fair.n - 1) / fair.w),
+           mod(fair.n - 1, fair.w) + 1
+    FROM fair
+    ON CONFLICT (queue, key) DO UPDATE SET
+        turn = CASE WHEN t.turn < (SELECT clock FROM fair) THEN EXCLUDED.turn
+                    ELSE t.turn + interval '1 microsecond' * ((t.used + (SELECT n - 1 FROM fair)) / (SELECT w FROM fair))
+               END,
+        used = CASE WHEN t.turn < (SELECT clock FROM fair) THEN EXCLUDED.used
+                    ELSE mod(t.used + (SELECT n - 1 FROM fair), (SELECT w FROM fair)) + 1 END
+    RETURNING t.turn, t.used
+)
+SELECT turn, used FROM turn;
+
+-- name: start many runs in a fair queue, statement 2 of 2 (11 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached, id_time)
+    SELECT given.id, given.workflow, 'pending', '', given.input, 1, given.max_attempts, given.queue,
+           given.priority, given.concurrency_key, given.idempotency_key, given.scheduled_at, false, durable_run_id_time(given.id)
+    FROM unnest(%s::uuid[], %s::varchar[], %s::integer[], %s::varchar[], %s::integer[], %s::varchar[],
+                %s::varchar[], %s::timestamptz[],
+                ARRAY(SELECT e.value FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e (value, n)
+                      ORDER BY e.n))
+         AS given (id, workflow, max_attempts, queue, priority, concurrency_key, idempotency_key, scheduled_at, input)
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error, turn)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', COALESCE(f.turn, statement_timestamp()), 0,
+           false, '', '', f.turn
+    FROM run LEFT JOIN unnest(%s::uuid[], %s::timestamptz[]) AS f (id, turn) ON f.id = run.id
+    RETURNING 1
+)
+SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+
 -- name: read the run of the item just claimed (9 parameters)
 WITH fence AS (
     SELECT 1 FROM durable_work_item WHERE id = %s AND claim_token = %s FOR SHARE
