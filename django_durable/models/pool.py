@@ -94,7 +94,8 @@ class WorkItemQuerySet(models.QuerySet):
 
     def wake(self) -> int:
         """Make these items ready now (an item of a fair queue at its turn, see fairness.py); one
-        being processed is flagged to go again when it ends."""
+        being processed is flagged to go again when it ends. A pending one is written too, unchanged:
+        a claim under way sees that its item changed and flags it (queries.SNAPSHOT_MOVED)."""
         Status = WorkItem.Status
         return self.update(
             status=Case(When(status=Status.COMPLETED, then=Value(Status.PENDING)), default=F("status")),

@@ -291,7 +291,7 @@ def _claim_parts(params: ClaimParams, exclude=(), ending=0) -> tuple[str, str, l
         claim_run = "" if apart else _fill(queries.CLAIM_RUN)
         select = queries.CLAIM_ITEM_SELECT if apart else queries.CLAIM_SELECT
         _claim_sql_cache[key] = (_fill(queries.CLAIM_CTES, pick=pick_sql, chain_guard=chain_guard, rated=rated,
-                                       claim_run=claim_run),
+                                       claim_run=claim_run, snapshot_moved=queries.SNAPSHOT_MOVED),
                                  _fill(select, entry=_ENTRY, message=_MESSAGE, child=_CHILD))
     ctes, select = _claim_sql_cache[key]
     values = [*pick_params, params.token, params.worker, params.lease]
@@ -412,7 +412,8 @@ def claim_many(params: ClaimParams, tokens: list) -> list[tuple[Claimed, object]
             _claim_many_sql.clear()
         select = _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
         select = select.replace("\nFROM claimed AS c", ", c.claim_token\nFROM claimed AS c", 1)
-        sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select), list(pick_params))
+        sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select,
+                                            snapshot_moved=queries.SNAPSHOT_MOVED), list(pick_params))
     sql, pick_params = sql
     values = [*pick_params, list(tokens), params.worker, params.lease, params.worker]
     rows = _in_transaction(db, [_INDEXED], sql, values, all_rows=True)

@@ -43,7 +43,8 @@ prepared statement kept that plan while the table grew: every finish walked ever
 
 # Lock the next ready item (SKIP LOCKED: claimers never wait for each other), take it for this
 # worker with a fresh token and lease, and make its run `running` (an advance item only: a
-# branch leaves its run waiting). Followed by CLAIM_SELECT, alone or after the CTEs that end the
+# branch leaves its run waiting). `wake` is set (SNAPSHOT_MOVED) when the item changed after the
+# statement began: what the claim reads of its run is as of then. Followed by CLAIM_SELECT, alone or after the CTEs that end the
 # worker's previous item, so one statement both finishes a run and claims the next. Then
 # {chain_guard} leaves out the items those CTEs change: a row may not change twice in a statement.
 CLAIM_CTES = """
@@ -52,10 +53,19 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = {now} + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = {snapshot_moved}
     WHERE w.id = (SELECT id FROM picked) {chain_guard}
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ){claim_run}{rated}"""
+
+# Whether the item a claim locks changed after the claim's statement began (`w` is the version it
+# locked; the subquery reads the version of the statement's snapshot). A claim's statement reads the
+# run's journal, messages and children as of its start, and finds its item later: a wakeup that
+# committed in between (a signal, an event, a child's or a branch's end) found the item pending and
+# flagged nothing, so the claim would take the run without what woke it, and the run would wait
+# for ever with it stored and unread. Every wakeup writes the item, pending or not (WAKE), so its
+# version changes; the claim then sets `wake`, and the item goes again when this turn ends.
+SNAPSHOT_MOVED = "w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)"
 
 # {pick} of a worker of several queues: each queue's first ready item ({probe}: the ready items of
 # `served.queue`, through the per-queue index, locked with SKIP LOCKED), and the first of those. It
@@ -174,7 +184,8 @@ CLAIM = "WITH {claim_ctes} {claim_select}"
 
 # The "wake" transition of a run's advance item (WorkItemQuerySet.wake in SQL), shared by the
 # endings: a finished item is made ready now (in a fair queue at its turn: fairness.py), one being
-# processed is flagged to go again when it ends, a pending one stays as it is. The runs are those whose id is {runs} ("= (SELECT ...)" of
+# processed is flagged to go again when it ends, a pending one stays as it is but is written all
+# the same (a claim under way notices: SNAPSHOT_MOVED). The runs are those whose id is {runs} ("= (SELECT ...)" of
 # one run, "= ANY(ARRAY(SELECT ...))" of several); {when} narrows it.
 WAKE = """
     UPDATE durable_work_item AS a
@@ -203,7 +214,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = (%s::uuid[])[picked.n], claimed_by = %s,
         claim_expires_at = {now} + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = {snapshot_moved}
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,

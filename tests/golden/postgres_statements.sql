@@ -8,7 +8,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -46,7 +46,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -207,7 +207,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -298,7 +298,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -369,7 +369,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -440,7 +440,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -499,7 +499,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -585,7 +585,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -786,7 +786,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = (%s::uuid[])[picked.n], claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,

@@ -8,7 +8,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
@@ -26,7 +26,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
@@ -167,7 +167,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
@@ -238,7 +238,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
@@ -289,7 +289,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
@@ -340,7 +340,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 )
@@ -379,7 +379,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
@@ -445,7 +445,7 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing', claim_token = %s, claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = false
+        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
