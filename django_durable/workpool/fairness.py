@@ -12,8 +12,9 @@ the ready index it already walks: the claim is not changed and costs nothing mor
 The turns are start-time fair queueing, with the queue's head as its clock:
 
 * the queue's clock is the `available_at` of its first ready item (now, when none is ready);
-* each key has a row (FairTurn) with the turn its next item takes; a key that has fallen behind the
-  clock (idle, or just arrived) starts again at the clock;
+* each key has a row (FairTurn): the last turn it gave and how many items took it; a key that has
+  fallen behind the clock (idle, or just arrived) starts again at the clock, the others go on
+  after their last turn;
 * a key's turns are one microsecond apart, and a key of weight w gives each turn to w items.
 
 So a key with a backlog has turns running ahead of the clock, one a microsecond, and a key that
