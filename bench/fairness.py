@@ -39,8 +39,6 @@ FAIR = {"default": {"fairness": True}}
 
 def drain(backlog: int, light: int, processes: int, fair: bool) -> dict:
     truncate()
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE durable_fair_turn")
     queues = FAIR if fair else {}
     with override_settings(DURABLE_QUEUES=queues):
         for first in range(0, backlog, 5000):

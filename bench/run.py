@@ -37,7 +37,7 @@ import django_durable as durable  # noqa: E402
 from django_durable import workpool  # noqa: E402
 from django_durable.engine.replay import advance  # noqa: E402
 
-DURABLE_TABLES = ("durable_step, durable_work_item, durable_timer, durable_signal, durable_workflow_event, "
+DURABLE_TABLES = ("durable_step, durable_work_item, durable_timer, durable_signal, durable_workflow_event, durable_fair_turn, "
                   "durable_workflow_run")
 
 

@@ -22,14 +22,19 @@ from django_durable.workpool import postgres
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.timeout(120)]
 
 
+def slowed(sql: str) -> str:
+    """`sql` sleeping 0.8 s after its statement began, before its first WHERE reads the ready items."""
+    return sql.replace(" WHERE ", " WHERE (SELECT pg_sleep(0.8) IS NOT NULL) AND ", 1)
+
+
 @pytest.fixture
 def slow_claims(monkeypatch):
-    """Every claim sleeps `pause` seconds after its statement began, before it reads the ready items."""
+    """Every claim of one item is slowed (slowed())."""
     real = postgres._pick
 
     def pick(*args, **kwargs):
         sql, params = real(*args, **kwargs)
-        return sql.replace(" WHERE ", " WHERE (SELECT pg_sleep(0.8) IS NOT NULL) AND ", 1), params
+        return slowed(sql), params
 
     monkeypatch.setattr(postgres, "_pick", pick)
     postgres._claim_sql_cache.clear()
@@ -77,8 +82,7 @@ def test_a_batch_claim_notices_it_too(monkeypatch):
     real = postgres._in_transaction
 
     def slow(db, prelude, sql, params, **kwargs):  # the batch's claim sleeps before it reads the ready items
-        return real(db, prelude, sql.replace(" WHERE ", " WHERE (SELECT pg_sleep(0.8) IS NOT NULL) AND ", 1), params,
-                    **kwargs)
+        return real(db, prelude, slowed(sql), params, **kwargs)
 
     run = durable.start("tests.two_signals")
     advance(workpool.claim(worker="w", queues=None, db="default"))  # waits for "go"

@@ -57,16 +57,16 @@ def weight(queue: str, key: str) -> int | None:
 
 def turns(db: str, queue: str, key: str, count: int = 1) -> list[dt.datetime] | None:
     """The turns of `count` new items of `key` in `queue`, in order, taken for them; None when
-    `queue` is not fair. Inside the caller's transaction (one of its own if there is none): the
-    key's row stays locked until it commits."""
+    `queue` is not fair. Inside the caller's transaction, if any: the key's row stays locked until
+    it commits."""
     w = weight(queue, key)
     if w is None:
         return None
-    with transaction.atomic(using=db):
-        if conf.vendor(db) == "postgresql":
-            sql = queries.FAIR_TURN_ALONE.format(now=clock.now_sql("postgresql"))
-            last, used = postgres.execute(db, sql, [queue, key, count, w, queue])[0]
-        else:
+    if conf.vendor(db) == "postgresql":  # one statement: its row lock lasts as long as the caller's transaction
+        sql = queries.FAIR_TURN_ALONE.format(now=clock.now_sql("postgresql"))
+        last, used = postgres.execute(db, sql, [queue, key, count, w, queue])[0]
+    else:
+        with transaction.atomic(using=db, savepoint=False):  # a read, then a write: one transaction
             last, used = _take(db, queue, key, count, w)
     return given(last, used, count, w)
 

@@ -259,10 +259,8 @@ def _turns(db: str, runs: list[NewRun]) -> dict:
     for run in runs:
         if queues.fair(run.queue) is not None:
             keys.setdefault((run.queue, run.concurrency_key or ""), []).append(run.id)
-    taken = {}
-    for (queue, key), ids in keys.items():
-        taken.update(zip(ids, fairness.turns(db, queue, key, len(ids))))
-    return taken
+    return {run_id: turn for (queue, key), ids in keys.items()
+            for run_id, turn in zip(ids, fairness.turns(db, queue, key, len(ids)))}
 
 
 def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=None) -> list:

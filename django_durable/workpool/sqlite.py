@@ -169,7 +169,8 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
     _consume(claim, records)
     if items:
         run = WorkflowRun.objects.using(claim.db).values("queue", "priority", "concurrency_key").get(id=claim.run_id)
-        turn = WorkItem.objects.using(claim.db).values_list("turn", flat=True).get(id=claim.item_id)  # fairness.py
+        turn = None if durable_queues.fair(run["queue"]) is None else \
+            WorkItem.objects.using(claim.db).values_list("turn", flat=True).get(id=claim.item_id)  # fairness.py
         WorkItem.objects.using(claim.db).bulk_create(
             WorkItem(kind=WorkItem.Kind.STEP, run_id=claim.run_id, step_key=key, group=group, function=function,
                      input=text, available_at=turn or clock.db_now(), turn=turn, **run)
