@@ -74,9 +74,7 @@ def worker_completes(run, env):
 
 
 def worker_completes_in_a_batch(run, env):
-    """PostgreSQL: the completion waits in a batch and is written by finish_runs (FINISH_RUNS)."""
-    if not ON_POSTGRES:
-        pytest.skip("batches are PostgreSQL's")
+    """The completion waits in a batch and is written by finish_runs (on PostgreSQL FINISH_RUNS)."""
     durable.signal(run.pk, "end", "done")
     (claim,) = workpool.claim_many(worker="w", queues=None, db="default", k=2)
     claim.batch = []
@@ -272,8 +270,6 @@ def _task_enders():
         drain()
 
     def by_worker_in_a_batch(result_id, env):
-        if not ON_POSTGRES:
-            pytest.skip("batches are PostgreSQL's")
         (claim,) = workpool.claim_many(worker="w", queues=None, db="default", k=2)
         claim.batch = []
         advance(claim)

@@ -105,9 +105,21 @@ class WorkItemQuerySet(models.QuerySet):
         )
 
     def end(self, status: str, **fields) -> int:
-        """Free these items with their delivery count reset, as an item that finished its turn."""
-        fields.setdefault("available_at", _ready_again())
-        return self.free(status, attempts=0, wake=False, **fields)
+        """Free these items as items that finished their turn, writing every column of
+        WorkItem.END_COLUMNS (end_values()); `fields` override some (a branch's retry gives its
+        back-off as `available_at`). Return how many."""
+        return self.update(**{**end_values(status), **fields})
+
+
+def end_values(status: str) -> dict:
+    """The values an item's end writes, one per column of WorkItem.END_COLUMNS: the claim dropped,
+    the delivery count reset, no wake flag or missing-code stamp, ready again now (in a fair queue
+    at its turn) if it is pending, and an advance item's step forgotten (a branch keeps its key)."""
+    return {
+        "status": status, "available_at": _ready_again(), "claim_token": None, "claimed_by": "",
+        "claim_expires_at": None, "attempts": 0, "wake": False, "missing_since": None,
+        "step_key": Case(When(kind=WorkItem.Kind.ADVANCE, then=Value("")), default=F("step_key")),
+    }
 
 
 class WorkItem(models.Model):
@@ -168,6 +180,11 @@ class WorkItem(models.Model):
     )
 
     objects = DurableManager.from_queryset(WorkItemQuerySet)()
+
+    # What an item's end writes (WorkItemQuerySet.end, and in SQL queries.END_ITEM, rendered from
+    # this list): every column its claim or its turn set, so that no way of ending leaves one behind.
+    END_COLUMNS = ("status", "available_at", "claim_token", "claimed_by", "claim_expires_at", "attempts", "wake",
+                   "missing_since", "step_key")
 
     class Meta:
         db_table = "durable_work_item"

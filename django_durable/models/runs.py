@@ -117,6 +117,15 @@ class WorkflowRunQuerySet(models.QuerySet):
                       if status not in WorkflowRun.TERMINAL and status != WorkflowRun.Status.BLOCKED]
         return self.filter(status__in=unfinished).filter(condition)
 
+    def end(self, status: str, *, result: str | None, error: str | None, **fields) -> int:
+        """End these runs with `status`, writing every column of WorkflowRun.END_COLUMNS (`result`
+        and `error` as given: None clears one); `fields` are set with them. Return how many.
+        endings.record_end() is the one caller, with everything an end drags along."""
+        now = clock.db_now()
+        values = {"status": status, "result": result, "error": error, "waiting_on": "", "finished_at": now,
+                  "updated_at": now}
+        return self.update(**values, **fields)
+
     def back_to_pending(self, *, waiting_on: str = "", from_statuses=None, **fields) -> int:
         """These runs wait for their next advance (``pending``); return how many moved.
 
@@ -231,6 +240,11 @@ class WorkflowRun(models.Model):
     subject_lock = models.CharField(max_length=300, null=True, blank=True, editable=False)
 
     objects = DurableManager.from_queryset(WorkflowRunQuerySet)()
+
+    # What a run's end writes (endings.record_end, and in SQL queries.END_RUN, rendered from this
+    # list): every outcome column, the other outcome's cleared, so that no end leaves one behind
+    # (a completed run keeps no error of an earlier attempt).
+    END_COLUMNS = ("status", "result", "error", "waiting_on", "finished_at", "updated_at")
 
     class Meta:
         db_table = "durable_workflow_run"

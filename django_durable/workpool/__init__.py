@@ -7,8 +7,10 @@ that lost its lease (paused, partitioned, too slow) changes nothing. Times are t
 their ancestors. (The scheduler locks schedules, and an approval's decision its approval.)
 
 - claims.py: claiming, and the fenced writes under a claim (journal, finish, release, branches);
-- postgres.py and queries.py: the hot path on PostgreSQL, one statement each, named in SQL;
-  sqlite.py: the same with compare-and-set updates;
+  holds.py: the Claim they make and take;
+- backend.py: the contract of a database's hot path (Backend), which claims.py alone calls;
+  postgres.py and queries.py implement it on PostgreSQL, one statement each, named in SQL;
+  sqlite.py with compare-and-set updates (its batch verbs a loop in one transaction);
 - runs.py: a run created (with its work item); endings.py: a run ended, with everything its end
   drags along; a run back to pending is WorkflowRunQuerySet.back_to_pending (models);
 - locking.py: the lock order; wakeups.py: wakes, timers and NOTIFY; reaping.py: expired claims;
@@ -20,9 +22,7 @@ Nothing in this package calls up into the engine or the services.
 
 from ..journal import StepRecord
 from .claims import (
-    Claim,
     ClaimRequest,
-    Ending,
     Outcome,
     batches,
     check_cancel,
@@ -42,6 +42,7 @@ from .claims import (
     retry_run,
     unclaim,
 )
+from .holds import Claim, Ending
 from .leases import lease_expiry, lease_seconds
 from .reaping import PROCESS_GONE, WorkerLost, reap, release_worker
 from .rows import RunState

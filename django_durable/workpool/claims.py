@@ -2,7 +2,8 @@
 
 Every write a worker makes after a claim is conditioned on the claim's token, so a worker that
 lost its lease (paused, partitioned, too slow) changes nothing. The hot path has one
-implementation per database: ``postgres`` does each write in a single statement, ``sqlite`` with
+implementation per database, each whole, reached through backend.of() (the contract is
+backend.Backend): ``postgres`` does each write in a single statement, ``sqlite`` with
 compare-and-set updates in an IMMEDIATE transaction. A run's end goes through endings.py, which
 both share.
 """
@@ -14,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from django.db import DatabaseError, connections, transaction
@@ -25,9 +26,10 @@ from .. import clock, conf, faults
 from ..interrupts import LeaseLost
 from ..journal import StepRecord
 from ..models import Step, Timer, WorkflowRun, WorkItem
-from . import endings, evidence, locking, postgres, sqlite
+from . import backend, endings, evidence, locking
+from .holds import Claim, Ending
 from .leases import lease_expiry, lease_seconds, valid_until
-from .rows import ClaimParams, Claimed, RunState
+from .rows import ClaimParams, Claimed
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -61,90 +63,6 @@ class Outcome(StrEnum):
         return cls._value2member_map_[value]
 
 
-@dataclass
-class Claim:
-    """A worker's hold on one work item, valid while its lease lasts."""
-
-    item_id: int
-    kind: str
-    run_id: uuid.UUID | None
-    step_key: str
-    attempts: int
-    token: uuid.UUID
-    worker: str
-    db: str
-    valid_until: float  # time.monotonic() by which the lease is surely still ours
-    db_time: dt.datetime | None = None  # the database's clock when the claim statement began...
-    sent_at: float = 0.0  # ...time.monotonic() just before it was sent...
-    db_time_at: float = 0.0  # ...and just after its answer came
-    run: RunState | None = None  # None: the run finished (or vanished) before this claim
-    lost: bool = field(default=False)
-    reported: bool = False  # the loss was logged (once per claim)
-    # Set before the statement that ends the item is sent: a heartbeat that finds the claim gone
-    # from then on met that end (or the end will find the claim lost and say so), not a thief.
-    ending: bool = False
-    cancel_requested: bool = False  # learnt at claim, at each checkpoint, heartbeat and cancel poll
-    # While user code of a step runs (set by the alarm): when it must end (time.monotonic()),
-    # and whether a cancel may interrupt it (None: no step is running).
-    step_deadline: float | None = None
-    step_active: bool | None = None
-    cancel_seen_at: float | None = None  # time.monotonic() when this worker learnt of a cancel...
-    cancel_sent_at: float | None = None  # ...and when, its grace over, it interrupted the step
-    cancel_raised: bool = False
-    # The worker's next claim, made by the same statement that ended this one (PostgreSQL).
-    next_claim: Claim | None = field(default=None, repr=False)
-    # The earliest timer the statement that ended this claim set, so the worker can fire it on time.
-    earliest_timer: dt.datetime | None = None
-    # A step item's function (module.qualname), its input (JSON) and its parallel group.
-    function: str = ""
-    input: str | None = None
-    group: str = ""
-    # The batch its run's completion goes into instead of a statement of its own (finish_run);
-    # the worker writes the batch with finish_runs(). None: written at once.
-    batch: list[Ending] | None = field(default=None, repr=False)
-
-    def db_now(self) -> dt.datetime:
-        """The latest the database's clock can read now, estimated without a round trip.
-
-        The claim statement's timestamp was taken after we sent it, so counting from the moment
-        of sending never falls behind the database: a sleep, back-off or deadline set from this
-        never ends early, however long the statement took.
-        """
-        if clock.is_frozen() or self.db_time is None:
-            return clock.now()
-        return self.db_time + dt.timedelta(seconds=time.monotonic() - self.sent_at)
-
-    def db_earliest(self) -> dt.datetime:
-        """The earliest the database's clock can read now (counted from the claim's answer)."""
-        if clock.is_frozen() or self.db_time is None:
-            return clock.now()
-        return self.db_time + dt.timedelta(seconds=time.monotonic() - self.db_time_at)
-
-    def db_passed(self, when: dt.datetime) -> bool:
-        """True only if `when` has surely passed on the database's clock (never early)."""
-        return when <= self.db_earliest()
-
-    def db_seconds_until(self, when: dt.datetime) -> float:
-        """Seconds until `when` on the database's clock, at least (never short)."""
-        return (when - self.db_earliest()).total_seconds()
-
-    def alive(self) -> bool:
-        """Return True while the lease surely holds; a False is final."""
-        if not self.lost and time.monotonic() >= self.valid_until:
-            self.lost = True
-        return not self.lost
-
-    def fence(self):
-        """The work item, only while this claim still owns it."""
-        return WorkItem.objects.using(self.db).filter(
-            id=self.item_id, claim_token=self.token, status=Status.PROCESSING
-        )
-
-
-def _backend(db: str):
-    return postgres if conf.vendor(db) == "postgresql" else sqlite
-
-
 @dataclass(frozen=True)
 class ClaimRequest:
     """What a worker asks for when it claims: who it is, which queues it serves, and the items it
@@ -157,21 +75,21 @@ class ClaimRequest:
 
 def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, ...] = ()) -> Claim | None:
     """Claim the next ready work item for `worker` (not one in `avoid`); return the Claim (with its run) or None."""
-    return _claimed(db, ClaimRequest(worker, queues, avoid), _backend(db).claim)
+    return _claimed(db, ClaimRequest(worker, queues, avoid), backend.of(db).claim)
 
 
 def batches(db: str, queues: list[str] | None) -> bool:
-    """Whether claim_many() and batched endings are available here (PostgreSQL, plain tables, a
-    worker of every queue or of one, none of them limited)."""
-    return _backend(db) is postgres and postgres.batches(db, queues)
+    """Whether the worker claims and completes in batches here (claim_many(), finish_runs()):
+    PostgreSQL, plain tables, a worker of every queue or of one, none of them limited."""
+    return backend.of(db).batches(db, queues)
 
 
 def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int) -> list[Claim]:
-    """Claim up to `k` ready work items for `worker` in one statement, each with its own token and
-    lease, as claim() would one after the other; only where batches() says so."""
+    """Claim up to `k` ready work items for `worker` at once (on PostgreSQL in one statement), each
+    with its own token and lease, as claim() would one after the other."""
     tokens = [uuid.uuid4() for _ in range(k)]
     started = time.monotonic()
-    rows = postgres.claim_many(ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds()), tokens)
+    rows = backend.of(db).claim_many(ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds()), tokens)
     answered = time.monotonic()
     return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
 
@@ -213,7 +131,7 @@ def _claim_of(row: Claimed, token, worker: str, db: str, started: float, answere
         item_id=row.item_id, kind=row.kind, run_id=row.run_id, step_key=row.step_key, attempts=row.attempts,
         token=token, worker=worker, db=db, valid_until=valid_until(started),
         # SQLite's clock is this machine's, read after the statement: exact, not a bracket.
-        db_time=row.db_now, sent_at=started if _backend(db) is postgres else answered, db_time_at=answered,
+        db_time=row.db_now, sent_at=started if backend.of(db).CLOCK_AT_SEND else answered, db_time_at=answered,
         run=row.run, cancel_requested=bool(row.run and row.run.cancel_requested),
         function=row.function or "", input=row.input, group=row.group or "",
     )
@@ -229,7 +147,7 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> None:
     """
     if not records:
         return
-    written, cancel = _backend(claim.db).record_steps(claim, records)
+    written, cancel = backend.of(claim.db).record_steps(claim, records)
     if written != len(records):
         claim.lost = True
         raise LeaseLost(f"claim {claim.token} no longer holds; {records[0].key!r} not recorded")
@@ -257,7 +175,7 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
         return status
 
     def end(next_claim: ClaimParams | None):
-        return _backend(claim.db).finish_run(claim, status=status, result=result, error=error,
+        return backend.of(claim.db).finish_run(claim, status=status, result=result, error=error,
                                              records=list(records), next_claim=next_claim)
 
     if status == RunStatus.COMPLETED:
@@ -286,16 +204,6 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     return final
 
 
-@dataclass
-class Ending:
-    """A run's completion waiting in a batch (Claim.batch): written by finish_runs()."""
-
-    claim: Claim
-    result: str | None
-    records: list[StepRecord]
-    committed: Callable[[], None] | None
-
-
 def finish_runs(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
     """Write the completions of a batch in one statement, each fenced by its own claim, as
     finish_run() writes one; return each with the status its run ended with (``cancelled`` when a
@@ -305,7 +213,7 @@ def finish_runs(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
         return []
     for ending in batch:
         ending.claim.ending = True
-    ended = postgres.finish_runs(batch)
+    ended = backend.of(batch[0].claim.db).finish_runs(batch)
     if faults.active:
         faults.hit("after_terminal_commit")
     finals = []
@@ -336,7 +244,7 @@ def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: lis
     statement claims the worker's next item (see finish_run).
     """
     requeue = run_status == RunStatus.PENDING
-    held = _ending(claim, then, lambda next_claim: _backend(claim.db).release(
+    held = _ending(claim, then, lambda next_claim: backend.of(claim.db).release(
         claim, run_status=run_status, waiting_on=waiting_on[:500], requeue=requeue, records=list(records),
         timers=list(timers), items=list(items), notify=requeue and conf.get("LISTEN_NOTIFY"), next_claim=next_claim,
     ))
@@ -348,7 +256,7 @@ def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: lis
 def finish_branch(claim: Claim, record: StepRecord, *, failed: bool, fail_fast: bool,
                   then: ClaimRequest | None = None) -> bool:
     """Record a branch's outcome and count it off its group (waking the run when it is done); fenced."""
-    return bool(_ending(claim, then, lambda next_claim: _backend(claim.db).finish_branch(
+    return bool(_ending(claim, then, lambda next_claim: backend.of(claim.db).finish_branch(
         claim, record, group=claim.group, failed=failed, fail_fast=fail_fast, next_claim=next_claim
     )))
 
@@ -356,7 +264,7 @@ def finish_branch(claim: Claim, record: StepRecord, *, failed: bool, fail_fast: 
 def retry_branch(claim: Claim, record: StepRecord, *, retry_at: dt.datetime,
                  then: ClaimRequest | None = None) -> bool:
     """Record a branch's failed attempt and queue it again for `retry_at`; fenced."""
-    return bool(_ending(claim, then, lambda next_claim: _backend(claim.db).retry_branch(
+    return bool(_ending(claim, then, lambda next_claim: backend.of(claim.db).retry_branch(
         claim, record, retry_at=retry_at, next_claim=next_claim
     )))
 

@@ -60,8 +60,7 @@ def record_end(run_id, status: str, *, db: str, result: str | None = None, error
         return None
     if cancel_wins and row["cancel_requested_at"] is not None:
         status, result, error = Status.CANCELLED, None, row["error"]
-    now = clock.db_now()
-    runs.update(status=status, result=result, error=error, waiting_on="", finished_at=now, updated_at=now, **fields)
+    runs.end(status, result=result, error=error, **fields)
     cancel_branches(run_id, db)
     if wake_parent and row["parent_id"] is not None:
         wake([row["parent_id"]], db=db)

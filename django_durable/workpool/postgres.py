@@ -10,9 +10,12 @@ sends them and names the rows they answer (rows.py).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import secrets
+import uuid
 import weakref
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections, transaction
 
@@ -23,6 +26,14 @@ from ..models import WorkflowRun, WorkItem
 from . import queries
 from .endings import UNCHANGED
 from .rows import Child, ClaimParams, Claimed, ClaimRow, Entry, Message, RunColumns
+
+if TYPE_CHECKING:
+    from ..journal import StepRecord
+    from .holds import Claim, Ending
+
+# A claim's clock is the database's when its statement began: the lease counts from the moment
+# the statement was sent (backend.Backend.CLOCK_AT_SEND).
+CLOCK_AT_SEND = True
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(WorkflowRun.TERMINAL))
 
@@ -374,7 +385,7 @@ def claim(params: ClaimParams) -> Claimed | None:
     return _claimed(row, params)
 
 
-def batches(db: str, queues) -> bool:
+def batches(db: str, queues: list[str] | None) -> bool:
     """Whether claims and endings may go in batches here (claim_many, finish_runs): on plain
     tables, for a worker of every queue or of one, none of them limited. Elsewhere one at a time."""
     return (partitioning.runs.layout(db) is None and partitioning.layout(db) is None
@@ -391,7 +402,7 @@ _claim_many_sql: dict = {}
 _INDEXED = ("SET LOCAL enable_seqscan TO off", [])
 
 
-def claim_many(params: ClaimParams, tokens: list) -> list[tuple[Claimed, object]]:
+def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claimed, uuid.UUID]]:
     """Claim up to len(tokens) ready items (queries.CLAIM_MANY), each with its own token; return
     (the claim, its token) of each, in claim order. Only where batches() allows.
 
@@ -417,10 +428,10 @@ def claim_many(params: ClaimParams, tokens: list) -> list[tuple[Claimed, object]
     sql, pick_params = sql
     values = [*pick_params, list(tokens), params.worker, params.lease, params.worker]
     rows = _in_transaction(db, [_INDEXED], sql, values, all_rows=True)
-    return [(ClaimRow._make(row[:-1]).claimed(), row[-1]) for row in rows]
+    return [(claimed, row[-1]) for row in rows if (claimed := ClaimRow._make(row[:-1]).claimed()) is not None]
 
 
-def finish_runs(endings) -> dict:
+def finish_runs(endings: list[Ending]) -> dict[int, str]:
     """End the runs of several claims `completed` (queries.FINISH_RUNS), each fenced by its own
     item's token, with their last journal entries; return {item id: the status its run ended
     with, or UNCHANGED if it had ended before}. An item missing from it lost its claim."""
@@ -473,7 +484,7 @@ def _consumed(records) -> tuple[str, list]:
     return _fill(queries.CONSUMED, rows=rows), [value for pair in consumed for value in pair]
 
 
-def record_steps(claim, records) -> tuple[int, bool]:
+def record_steps(claim: Claim, records: list[StepRecord]) -> tuple[int, bool]:
     """Write the entries, fenced; return how many were written and whether a cancel was requested."""
     rows, params = _values(claim, records)
     consumed_sql, consumed_params = _consumed(records)
@@ -508,7 +519,8 @@ def _end(item_status_sql: str, claim, records, timers, items=(), available_at=No
     return sql, params
 
 
-def finish_run(claim, *, status, result, error, records, next_claim: ClaimParams | None = None):
+def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None, records: list[StepRecord],
+               next_claim: ClaimParams | None = None) -> tuple[str | None, Claimed | None]:
     """The run's end by its worker (queries.FINISH_RUN, the twin of endings.record_end), fenced.
 
     Return (the status the run ended with, UNCHANGED if it had ended before, or None if the claim
@@ -524,8 +536,9 @@ def finish_run(claim, *, status, result, error, records, next_claim: ClaimParams
     return final or UNCHANGED, claimed
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify,
-            next_claim: ClaimParams | None = None):
+def release(claim: Claim, *, run_status: str, waiting_on: str, requeue: bool, records: list[StepRecord],
+            timers: list[tuple[str, str, dt.datetime]], items: list[tuple[str, str, str, str]], notify: bool,
+            next_claim: ClaimParams | None = None) -> tuple[bool, Claimed | None]:
     """Hand the run back, fenced; return (whether the fence held, the next claim or None)."""
     item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
     sql, params = _end(item_status, claim, records, timers, items)
@@ -557,7 +570,8 @@ def _with_claim(claim, sql, params, outcomes, next_claim: ClaimParams | None,
     return fence == 1, outcome, _claimed(rest[-len(ClaimRow._fields):], next_claim)
 
 
-def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimParams | None = None):
+def finish_branch(claim: Claim, record: StepRecord, *, group: str, failed: bool, fail_fast: bool,
+                  next_claim: ClaimParams | None = None) -> tuple[bool, Claimed | None]:
     """Record a branch's outcome and count it off its group, fenced; wake the run when the group
     is done (or, failing fast, at once, cancelling the group's branches not started yet).
 
@@ -573,7 +587,8 @@ def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimP
     return fenced, claimed
 
 
-def retry_branch(claim, record, *, retry_at, next_claim: ClaimParams | None = None):
+def retry_branch(claim: Claim, record: StepRecord, *, retry_at: dt.datetime,
+                 next_claim: ClaimParams | None = None) -> tuple[bool, Claimed | None]:
     """Record a branch's failed attempt and queue it again for `retry_at`, fenced."""
     sql, params = _end("'pending'", claim, [record], (), available_at=retry_at)
     fenced, _, claimed = _with_claim(claim, sql, params, ("0",), next_claim)

@@ -39,6 +39,41 @@ prepared statement kept that plan while the table grew: every finish walked ever
 (tests/test_plans.py explains each statement's plan in those states).
 """
 
+from ..models import WorkflowRun, WorkItem
+
+
+def _set(columns: tuple[str, ...], values: dict[str, str]) -> str:
+    """The SET list of an UPDATE writing `values` (column: SQL), which must name every column of
+    `columns` (a model's END_COLUMNS), in its order: an end rendered from it writes them all."""
+    if tuple(values) != columns:
+        raise ValueError(f"An end writes {columns}, not {tuple(values)}.")
+    return ",\n        ".join(f"{column} = {value}" for column, value in values.items())
+
+
+def end_item(item_status: str, available_at: str) -> str:
+    """What an item's end writes (WorkItem.END_COLUMNS; the ORM's is models.pool.end_values), in SQL:
+    `item_status` and `available_at` are SQL (in a fair queue an item ready again is ready at its
+    turn; a branch's retry gives its back-off)."""
+    return _set(WorkItem.END_COLUMNS, {
+        "status": item_status, "available_at": available_at, "claim_token": "NULL", "claimed_by": "''",
+        "claim_expires_at": "NULL", "attempts": "0", "wake": "false", "missing_since": "NULL",
+        "step_key": "CASE WHEN kind = 'advance' THEN '' ELSE step_key END",
+    })
+
+
+def end_run(status: str, result: str, error: str) -> str:
+    """What a worker's end of run `r` writes (WorkflowRun.END_COLUMNS; the ORM's is
+    WorkflowRunQuerySet.end), in SQL: `status`, `result` and `error` (SQL) unless a cancel
+    committed first, which wins (the run ends cancelled, its cancel's error kept)."""
+    asked = "r.cancel_requested_at IS NULL"
+    return _set(WorkflowRun.END_COLUMNS, {
+        "status": f"CASE WHEN {asked} THEN {status} ELSE 'cancelled' END",
+        "result": f"CASE WHEN {asked} THEN {result} END",
+        "error": f"CASE WHEN {asked} THEN {error} ELSE r.error END",
+        "waiting_on": "''", "finished_at": "{now}", "updated_at": "{now}",
+    })
+
+
 # -- claim ---------------------------------------------------------------------------------------
 
 # Lock the next ready item (SKIP LOCKED: claimers never wait for each other), take it for this
@@ -241,18 +276,15 @@ WITH ending AS (
 ),
 fence AS (
     UPDATE durable_work_item AS w
-    SET status = 'completed', available_at = {now}, claim_token = NULL, claimed_by = '', claim_expires_at = NULL,
-        attempts = 0, wake = false, missing_since = NULL, step_key = ''
+    SET """ + end_item("'completed'", "COALESCE(turn, {now})") + """
     WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
       AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
     RETURNING w.id, w.run_id
 ){steps},
 done AS (
     UPDATE durable_workflow_run AS r
-    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN 'completed' ELSE 'cancelled' END,
-        result = CASE WHEN r.cancel_requested_at IS NULL THEN
-            (SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id WHERE f.run_id = r.id) END,
-        waiting_on = '', finished_at = {now}, updated_at = {now}
+    SET """ + end_run("'completed'", "(SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id "
+                                    "WHERE f.run_id = r.id)", "NULL") + """
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND r.status NOT IN ({terminal})
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -340,9 +372,7 @@ consumed AS (
 END_FENCE = """
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = {item_status}, available_at = {available_at}, claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    SET """ + end_item("{item_status}", "{available_at}") + """
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
 )"""
@@ -392,10 +422,7 @@ FINISH_RUN = """,
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
     UPDATE durable_workflow_run AS r
-    SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
-        result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
-        error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = {now}, updated_at = {now}
+    SET """ + end_run("%s", "%s", "%s") + """
     WHERE r.id = (SELECT run_id FROM fence){fence_partition} AND r.status NOT IN ({terminal})
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),

@@ -7,7 +7,10 @@ the same IMMEDIATE transaction, which no other writer can interleave with.
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
@@ -22,9 +25,47 @@ from .leases import lease_expiry
 from .rows import Child, ClaimParams, Claimed, Entry, Message, RunState
 from .wakeups import wake
 
+if TYPE_CHECKING:
+    from ..journal import StepRecord
+    from .holds import Claim, Ending
+
+# A claim's clock is this machine's, read after the claim: exact (backend.Backend.CLOCK_AT_SEND).
+CLOCK_AT_SEND = False
+
 _STEP_FIELDS = [Step._meta.get_field(name.removesuffix("_id")) for name, _ in STEP_COLUMNS]
 _COLUMN_NAMES = ", ".join(f'"{f.column}"' for f in _STEP_FIELDS)
 _ROW = "(" + ", ".join("%s" for _ in _STEP_FIELDS) + ")"
+
+
+def batches(db: str, queues: list[str] | None) -> bool:
+    """Never: one writer at a time gains nothing from claiming ahead (the batch verbs below serve
+    the contract, each a loop of the single verb in one transaction)."""
+    return False
+
+
+def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claimed, uuid.UUID]]:
+    """claim() once per token, in one transaction; (the claim, its token) each, in claim order."""
+    claimed = []
+    with transaction.atomic(using=params.db):
+        for token in tokens:
+            row = claim(params._replace(token=token))
+            if row is None:
+                break
+            claimed.append((row, token))
+    return claimed
+
+
+def finish_runs(endings: list[Ending]) -> dict[int, str]:
+    """finish_run() of each completion, in one transaction; {item id: how its run ended}, the
+    items whose claim was lost left out."""
+    ended = {}
+    with transaction.atomic(using=endings[0].claim.db):
+        for ending in endings:
+            final, _ = finish_run(ending.claim, status=WorkflowRun.Status.COMPLETED, result=ending.result, error=None,
+                                  records=ending.records)
+            if final is not None:
+                ended[ending.claim.item_id] = final
+    return ended
 
 
 def claim(params: ClaimParams) -> Claimed | None:
@@ -120,7 +161,7 @@ def _params(claim, records, connection) -> list:
     return params
 
 
-def record_steps(claim, records) -> tuple[int, bool]:
+def record_steps(claim: Claim, records: list[StepRecord]) -> tuple[int, bool]:
     connection = connections[claim.db]
     params = _params(claim, records, connection)
     token = WorkItem._meta.get_field("claim_token").get_db_prep_value(claim.token, connection)
@@ -151,10 +192,7 @@ def _consume(claim, records) -> None:
 
 
 def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:
-    if not claim.fence().end(
-        item_status, **({"available_at": available_at} if available_at else {}), missing_since=None,
-        step_key=Case(When(kind=WorkItem.Kind.ADVANCE, then=Value("")), default=F("step_key")),
-    ):
+    if not claim.fence().end(item_status, **({"available_at": available_at} if available_at else {})):
         return False
     if records:
         # The claim token is gone now, so the journal rows are written unfenced, inside the
@@ -182,7 +220,8 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
     return True
 
 
-def finish_run(claim, *, status, result, error, records, next_claim: ClaimParams | None = None):
+def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None, records: list[StepRecord],
+               next_claim: ClaimParams | None = None) -> tuple[str | None, Claimed | None]:
     """As on PostgreSQL: the fence, then the run's end (endings.record_end, whose SQL twin
     queries.FINISH_RUN is); `next_claim` is ignored (the worker claims next with a statement of its own)."""
     with transaction.atomic(using=claim.db):
@@ -192,8 +231,9 @@ def finish_run(claim, *, status, result, error, records, next_claim: ClaimParams
     return (ended.status if ended is not None else endings.UNCHANGED), None
 
 
-def release(claim, *, run_status, waiting_on, requeue, records, timers, items, notify,
-            next_claim: ClaimParams | None = None):
+def release(claim: Claim, *, run_status: str, waiting_on: str, requeue: bool, records: list[StepRecord],
+            timers: list[tuple[str, str, dt.datetime]], items: list[tuple[str, str, str, str]], notify: bool,
+            next_claim: ClaimParams | None = None) -> tuple[bool, Claimed | None]:
     item_status = WorkItem.Status.PENDING if requeue else Case(
         When(wake=True, then=Value(WorkItem.Status.PENDING)), default=Value(WorkItem.Status.COMPLETED)
     )
@@ -206,7 +246,8 @@ def release(claim, *, run_status, waiting_on, requeue, records, timers, items, n
     return True, None
 
 
-def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimParams | None = None):
+def finish_branch(claim: Claim, record: StepRecord, *, group: str, failed: bool, fail_fast: bool,
+                  next_claim: ClaimParams | None = None) -> tuple[bool, Claimed | None]:
     """As on PostgreSQL; SQLite's single writer makes the group's count exact."""
     with transaction.atomic(using=claim.db):
         if not _end(claim, WorkItem.Status.COMPLETED, [record]):
@@ -222,6 +263,7 @@ def finish_branch(claim, record, *, group, failed, fail_fast, next_claim: ClaimP
     return True, None
 
 
-def retry_branch(claim, record, *, retry_at, next_claim: ClaimParams | None = None):
+def retry_branch(claim: Claim, record: StepRecord, *, retry_at: dt.datetime,
+                 next_claim: ClaimParams | None = None) -> tuple[bool, Claimed | None]:
     with transaction.atomic(using=claim.db):
         return _end(claim, WorkItem.Status.PENDING, [record], available_at=retry_at), None

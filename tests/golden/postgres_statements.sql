@@ -113,8 +113,14 @@ SELECT (SELECT count(*) FROM written),
 -- name: finish a run (21 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -130,7 +136,9 @@ done AS (
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -160,8 +168,14 @@ SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notif
 -- name: finish a run and claim the next item (24 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -177,7 +191,9 @@ done AS (
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -242,8 +258,14 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END,
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -281,8 +303,14 @@ SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('du
 -- name: hand a run back to the queue and claim the next item (7 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'pending', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'pending',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -333,8 +361,14 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: finish a branch (25 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -404,8 +438,14 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: finish a failed branch of a fail-fast group (25 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -475,8 +515,14 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt
 -- name: queue a branch again after its back-off (19 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'pending', available_at = %s, claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'pending',
+        available_at = %s,
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -543,8 +589,14 @@ FROM unnest(%s::text[]) AS turn (queue);
 -- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -555,7 +607,9 @@ done AS (
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -826,8 +880,15 @@ WITH ending AS (
 ),
 fence AS (
     UPDATE durable_work_item AS w
-    SET status = 'completed', available_at = statement_timestamp(), claim_token = NULL, claimed_by = '', claim_expires_at = NULL,
-        attempts = 0, wake = false, missing_since = NULL, step_key = ''
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
+        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
       AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
     RETURNING w.id, w.run_id
@@ -847,9 +908,11 @@ steps AS (
 done AS (
     UPDATE durable_workflow_run AS r
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN 'completed' ELSE 'cancelled' END,
-        result = CASE WHEN r.cancel_requested_at IS NULL THEN
-            (SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id WHERE f.run_id = r.id) END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN (SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id WHERE f.run_id = r.id) END,
+        error = CASE WHEN r.cancel_requested_at IS NULL THEN NULL ELSE r.error END,
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),

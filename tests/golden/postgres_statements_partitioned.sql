@@ -73,8 +73,14 @@ SELECT (SELECT count(*) FROM written),
 -- name: finish a run (23 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -90,7 +96,9 @@ done AS (
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -120,8 +128,14 @@ SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notif
 -- name: finish a run and claim the next item (26 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -137,7 +151,9 @@ done AS (
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -182,8 +198,14 @@ FROM claimed AS c) AS nxt ON true;
 -- name: hand a run back to wait, with a timer and two parallel branches (34 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END, available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END,
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -221,8 +243,14 @@ SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('du
 -- name: hand a run back to the queue and claim the next item (8 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'pending', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'pending',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -253,8 +281,14 @@ FROM claimed AS c) AS nxt ON true;
 -- name: finish a branch (27 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -304,8 +338,14 @@ FROM claimed AS c) AS nxt ON true;
 -- name: finish a failed branch of a fail-fast group (27 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -355,8 +395,14 @@ FROM claimed AS c) AS nxt ON true;
 -- name: queue a branch again after its back-off (20 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'pending', available_at = %s, claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'pending',
+        available_at = %s,
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -403,8 +449,14 @@ FROM unnest(%s::text[]) AS turn (queue);
 -- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (19 parameters)
 WITH fence AS (
     UPDATE durable_work_item
-    SET status = 'completed', available_at = COALESCE(turn, statement_timestamp()), claim_token = NULL,
-        claimed_by = '', claim_expires_at = NULL, attempts = 0, wake = false, missing_since = NULL,
+    SET status = 'completed',
+        available_at = COALESCE(turn, statement_timestamp()),
+        claim_token = NULL,
+        claimed_by = '',
+        claim_expires_at = NULL,
+        attempts = 0,
+        wake = false,
+        missing_since = NULL,
         step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
     WHERE id = %s AND claim_token = %s
     RETURNING run_id, turn
@@ -415,7 +467,9 @@ done AS (
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE 'cancelled' END,
         result = CASE WHEN r.cancel_requested_at IS NULL THEN %s END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
-        waiting_on = '', finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        waiting_on = '',
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
