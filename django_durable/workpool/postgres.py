@@ -42,7 +42,7 @@ _ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in STEP_COLUMNS) + ")"
 
 _pick_cache: dict = {}
 _claim_sql_cache: dict = {}
-_run_state_sql: dict = {}  # RUN_STATE filled in, by the journal's layout
+_run_state_sql: dict = {}  # RUN_STATE filled in, by the journal's layout and the clock
 
 _ENTRY, _MESSAGE, _CHILD = (
     "json_build_array(" + ", ".join(f"{alias}.{name}" for name in row._fields) + ")"
@@ -291,7 +291,8 @@ def _claim_parts(params: ClaimParams, exclude=(), ending=0) -> tuple[str, str, l
     limits = tuple(durable_queues.served(params.queues))
     pick_sql, pick_params = _pick(params.queues, params.db, params.avoid, limits, ending)
     rates = [limit for limit in limits if limit.rate is not None]
-    key = (pick_sql, exclude, bool(rates), partitioning.layout(params.db), partitioning.runs.layout(params.db))
+    key = (pick_sql, exclude, bool(rates), partitioning.layout(params.db), partitioning.runs.layout(params.db),
+           clock.now_sql("postgresql"))
     if key not in _claim_sql_cache:  # the same few shapes, filled in once each (per layout of the tables)
         chain_guard = " ".join(f"AND NOT COALESCE({condition}, false)" for condition in exclude)
         rated = _fill(queries.CLAIM_RATE) if rates else ""
@@ -458,7 +459,7 @@ def run_state(db: str, claimed: ClaimRow, token, worker: str) -> RunColumns | No
     """Where runs are partitioned: the run of the item just claimed (queries.RUN_STATE, which also
     marks an advanced run `running`), or None if the claim is gone."""
     id_time = partitioning.runs.key(claimed.run_id, db)
-    key = partitioning.layout(db)
+    key = (partitioning.layout(db), clock.now_sql("postgresql"))
     sql = _run_state_sql.get(key)
     if sql is None:
         sql = _run_state_sql[key] = _fill(queries.RUN_STATE, entry=_ENTRY, message=_MESSAGE, child=_CHILD)

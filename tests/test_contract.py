@@ -1,0 +1,112 @@
+"""T46 every_implementation_the_same_row: every workpool transition writes the same whole rows,
+whichever implementation writes them (tests/harness/contract.py runs them).
+
+The SQLite pass runs ``sqlite``; the PostgreSQL pass ``postgres`` (one at a time),
+``postgres-batch`` (claim_many() and finish_runs()) and ``partitioned`` (in a database of its
+own). Each implementation's snapshots must equal tests/golden/contract_rows.json, the rows every
+implementation agrees on; DURABLE_UPDATE_GOLDEN=1 writes it from the implementation that runs
+(review its diff like code). A few statements about those rows are asserted here too, so that
+the expected file itself cannot hold a broken promise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ON_POSTGRES, ROOT
+from tests.harness import contract
+
+GOLDEN = Path(__file__).parent / "golden" / "contract_rows.json"
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _cells(value, where=""):
+    """Every leaf of a snapshot by its path (table[row].column)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _cells(inner, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _cells(inner, f"{where}[{index}]")
+    else:
+        yield where, value
+
+
+def differences(expected: dict, found: dict) -> list[str]:
+    """Each cell where `found` differs from `expected`, as "state/transition path: expected != found"."""
+    lines = []
+    for state in contract.STATES:
+        for transition in contract.TRANSITIONS:
+            want, got = dict(_cells(expected[state][transition])), dict(_cells(found[state][transition]))
+            for path in sorted(set(want) | set(got)):
+                if want.get(path, "(none)") != got.get(path, "(none)"):
+                    lines.append(f"{state}/{transition} {path}: {want.get(path, '(none)')!r} != "
+                                 f"{got.get(path, '(none)')!r}")
+    return lines
+
+
+def _compare(found: dict, implementation: str) -> None:
+    if os.environ.get("DURABLE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    different = differences(json.loads(GOLDEN.read_text()), found)
+    assert not different, (f"{implementation} writes other rows than the contract's (expected != written):\n"
+                           + "\n".join(different))
+
+
+def _on_this_database():
+    return ["postgres", "postgres-batch"] if ON_POSTGRES else ["sqlite"]
+
+
+@pytest.mark.parametrize("implementation", _on_this_database())
+def test_every_transition_writes_the_contracts_rows(implementation):
+    _compare(contract.run_all(implementation), implementation)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_the_partitioned_layout_writes_the_contracts_rows():
+    import psycopg
+
+    server = os.environ["DURABLE_TEST_DATABASE_URL"]
+    name = f"durable_contract_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DURABLE_TEST_DB_NAME": name}
+        for argv in (["convert"], []):
+            done = subprocess.run([sys.executable, "-m", "tests.harness.contract", *argv], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _compare(json.loads(done.stdout), "partitioned")
+
+
+def test_the_contracts_rows_keep_the_promises():
+    """What the expected rows must say, whatever wrote them: a completed run carries no error of an
+    earlier attempt; every end frees the item whole (no claim, no missing-code stamp, ready at its
+    turn); a cancel requested first wins and keeps its error."""
+    expected = json.loads(GOLDEN.read_text())
+    completed = expected["earlier_failure"]["complete"]["rows"]["run"][0]
+    assert (completed["status"], completed["error"], completed["result"]) == ("completed", None, '"ok"')
+    cancelled = expected["cancel_requested"]["complete"]["rows"]["run"][0]
+    assert (cancelled["status"], cancelled["result"]) == ("cancelled", None) and "Cancelled" in cancelled["error"]
+    for state in contract.STATES:
+        for transition in ("complete", "fail", "wait", "requeue", "retry_run"):
+            (advance,) = [item for item in expected[state][transition]["rows"]["work_items"]
+                          if item["kind"] == "advance"]
+            assert (advance["claim_token"], advance["claimed_by"], advance["missing_since"], advance["step_key"]) \
+                == (None, "", None, ""), (state, transition, advance)
+        requeued = [item for item in expected[state]["requeue"]["rows"]["work_items"] if item["kind"] == "advance"]
+        assert requeued[0]["available_at"] == "turn", requeued
