@@ -199,10 +199,18 @@ def check_workflow_shapes(app_configs=None, **kwargs):
     starts: a key two calls take, approvers naming a permission no model declares. An error where
     the code reaches it whatever the data; a warning where it took a guess about data (an `if`)."""
     from . import registry
-    from .engine.describe import problems
+    from .engine.describe import problems, stopped
 
     found = []
     for name in registry.names():
+        reason = stopped(name)
+        if reason is not None:
+            found.append(Warning(
+                f"Workflow {name!r}: its shape (durable.describe()) stops before the code's end ({reason}), so "
+                f"the checks of its keys and approvers, and its shape in the admin and the API, see nothing past "
+                f"that point.", obj=registry.get(name).fn, id="django_durable.W005",
+                hint="Give the parameters that code reads a default, or guard code that cannot work on a stand-in "
+                     "value; `manage.py durable describe` shows where it stops."))
         for problem in problems(name):
             level, check_id = (Error, "django_durable.E011") if problem.certain else (Warning, "django_durable.W004")
             found.append(level(f"Workflow {name!r}: {problem.message}", obj=registry.get(name).fn, id=check_id,

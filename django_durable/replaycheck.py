@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db.models import Q
 from django.utils import timezone
@@ -73,7 +74,7 @@ class _Session:
     """Stands in for an advance's session: serves the journal, executes and writes nothing."""
 
     rolling_back = False
-    deadline = None
+    deadline: dt.datetime | None = None
 
     def __init__(self, run_id, workflow, db):
         self.claim = _Claim(run_id, db)
@@ -116,6 +117,13 @@ class _Session:
 
     def alarm(self, deadline, key, *, cancellable=True):
         return contextlib.nullcontext()
+
+
+if TYPE_CHECKING:  # the type checker holds it to the contract of a context's session
+    from .engine.contract import Session
+
+    def _held(session: _Session) -> Session:
+        return session
 
 
 def check_run(run: WorkflowRun, db: str | None = None) -> Verdict:

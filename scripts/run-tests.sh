@@ -25,6 +25,11 @@ trap 'exit 130' INT TERM
 scripts/ensure-chromium.sh
 
 status=0
+# The contracts' type check (pyproject.toml's [tool.mypy]): the workpool's backends against
+# workpool/backend.py, the workflow context and its stand-ins against engine/contract.py.
+echo "=== the contracts' type check (mypy) ==="
+"$PY" -m mypy || status=$?
+
 started=$SECONDS
 echo "=== django-durable tests on SQLite (limit $SQLITE_LIMIT) ==="
 env -u DURABLE_TEST_DATABASE_URL timeout -k 60 "$SQLITE_LIMIT" "$PY" -m pytest --durations=25 "$@" || status=$?

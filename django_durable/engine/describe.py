@@ -15,6 +15,7 @@ iterate. So the shape is what the code does for "some" data:
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import inspect
 import threading
@@ -119,6 +120,7 @@ class Recorder:
         self.attempt = 1
         self.nodes: list[dict] = []
         self.problems: list[Problem] = []  # what a run of this shape would fail on
+        self.stopped: str | None = None  # why the describing run stopped before the code's end, first reason
         self._counters: dict[str, int] = {}
         self._uses: dict[str, str] = {}  # key -> what took it, on the path being described
         self._guesses_before = getattr(_guesses, "count", 0)
@@ -238,6 +240,20 @@ class Recorder:
         if "progress" not in self._uses:  # one entry, however often it is set
             self._use("progress", "ctx.set_progress()")
 
+    def write_stream(self, name, value):
+        self._stream(name, "stream")
+
+    def close_stream(self, name):
+        self._stream(name, "close")
+
+    def _stream(self, name, what: str) -> None:
+        # One journal entry per write, keyed as the context keys them (stream:<name>:0, :1, ...),
+        # and one node per stream, however often the code writes to it (a loop of tokens).
+        self._use(self._auto(f"stream:{name}"), f"ctx.{'write' if what == 'stream' else 'close'}_stream({str(name)!r})")
+        node = {"type": what, "name": str(name)}
+        if node not in self.nodes[-1:]:
+            self.nodes.append(node)
+
     def emit(self, name, payload=None):
         self._use(self._auto(f"emit:{name}"), f"ctx.emit({str(name)!r})")
         self.nodes.append({"type": "emit", "name": str(name)})
@@ -308,7 +324,10 @@ def _run(recorder: Recorder, call) -> None:
     try:
         call()
     except Exception as exc:  # the code could not go on with "some" data: say where and why
-        recorder.nodes.append({"type": "stop", "reason": f"{type(exc).__name__}: {exc}"[:300]})
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        recorder.nodes.append({"type": "stop", "reason": reason})
+        if recorder.stopped is None:
+            recorder.stopped = reason
 
 
 def problems(workflow) -> list[Problem]:
@@ -317,13 +336,20 @@ def problems(workflow) -> list[Problem]:
     return [] if definition.kind == "task" else _recorded(definition.fn, definition.name).problems
 
 
+def stopped(workflow) -> str | None:
+    """Why describing `workflow` stopped before its code's end (None: it did not): past that point
+    its shape, and every check built on it, sees nothing."""
+    definition = registry.get(workflow)
+    return None if definition.kind == "task" else _recorded(definition.fn, definition.name).stopped
+
+
 def describe(workflow, /, **input) -> dict:
     """The static shape of a registered workflow (a name or the function), as JSON-ready data.
 
     ``{"workflow", "description", "shape": [nodes in order], "problems": [messages]}``: what a run
     would fail on, found without one (a key two calls take; approvers naming a permission no
     model declares). Each node has a ``type`` (step,
-    sleep, signal, event, update, switch, map, parallel, child, emit, rollback, stop; a task's one node
+    sleep, signal, event, update, switch, map, parallel, child, emit, stream, close, rollback, stop; a task's one node
     is a ``call``) and what is known of it. No step, branch or child runs: see this module's docstring for what a shape can and
     cannot show.
 
@@ -343,8 +369,9 @@ def describe(workflow, /, **input) -> dict:
         _run(recorder, lambda: call_workflow(code, recorder, arguments["args"], arguments["kwargs"]))
     else:
         recorder = _recorded(definition.fn, definition.name)
+    # A copy: the recording is shared (_recorded), and a caller may edit what it gets.
     return {"workflow": definition.name, "kind": definition.kind, "description": inspect.getdoc(definition.fn) or "",
-            "shape": recorder.nodes, "problems": [problem.message for problem in recorder.problems]}
+            "shape": copy.deepcopy(recorder.nodes), "problems": [problem.message for problem in recorder.problems]}
 
 
 @lru_cache(maxsize=1024)

@@ -37,7 +37,7 @@ def simple_async(ctx, name):
 
 
 @durable.workflow("examples.validate_input")
-def validate_input(ctx, name):
+def validate_input(ctx, name="world"):
     """Validate input. Input: name="world". Output: "Hello, world!"; any other name fails the run."""
     if name != "world":
         raise ValueError("Invalid input")
@@ -45,7 +45,7 @@ def validate_input(ctx, name):
 
 
 @durable.workflow("examples.validate_input_schema")
-def validate_input_schema(ctx, name):
+def validate_input_schema(ctx, name="world"):
     """Validate input with a schema (here: a str). Input: name="world". Output: "Hello, world!"."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, not {type(name).__name__}")
