@@ -10,15 +10,98 @@ Each of the first ones is a module run as ``python -m tests.harness.NAME`` (by a
 
 def run(module: str, *args: str, timeout: float):
     """Run ``python -m tests.harness.<module> ARGS`` in the checkout, without the test run's
-    DURABLE_* settings (each harness makes its own); the CompletedProcess, its output as text."""
+    DURABLE_* settings (each harness makes its own); the CompletedProcess, its output as text.
+
+    The harness runs in a process group of its own, and whatever ends the wait (its `timeout`,
+    the test's time limit, an interrupt) ends the whole group: the servers and workers it started
+    (PostgreSQL, PgBouncer, worker processes) never outlive it to load the rest of the suite.
+    """
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
-    return subprocess.run([sys.executable, "-m", f"tests.harness.{module}", *args], cwd=Path(__file__).parents[2],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")} | {"HARNESS_EXIT_ON_TERM": "1"}
+    process = subprocess.Popen([sys.executable, "-m", f"tests.harness.{module}", *args], cwd=Path(__file__).parents[2],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException:
+        end_group(process)
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def end_group(process, grace: float = 60.0) -> None:
+    """End the harness `process` and its process group: SIGTERM, which the harness turns into
+    SystemExit (see below) so that its own clean-up stops the servers and workers it started
+    (each in a session of its own); SIGKILL to the group if it has not ended within `grace`."""
+    import os
+    import signal
+    import subprocess
+
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+    except ProcessLookupError:
+        process.wait()
+
+
+def _exit_on_sigterm() -> None:
+    """A harness run by run() ends on SIGTERM as on an error, running its clean-up (Python's own
+    SIGTERM ends the process at once, leaving its servers and workers running); and at its exit,
+    whatever way, the process groups it started (worker supervisors and their processes, each in
+    a session of its own) are killed if they still run."""
+    import atexit
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    if not os.environ.get("HARNESS_EXIT_ON_TERM") or threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    groups: list[subprocess.Popen] = []
+    opened = subprocess.Popen.__init__
+
+    def recording(self, *args, **kwargs):
+        opened(self, *args, **kwargs)
+        if kwargs.get("start_new_session"):
+            groups.append(self)
+
+    def kill_groups():
+        for process in groups:
+            if process.poll() is None or _group_alive(process.pid):
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    subprocess.Popen.__init__ = recording
+    atexit.register(kill_groups)
+
+
+def _group_alive(pgid: int) -> bool:
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+_exit_on_sigterm()
 
 
 def stop(processes, logs=(), *, show: bool = False) -> None:
