@@ -12,8 +12,9 @@ the check of that run. A run breaks when, before its frontier,
 - entries the journal holds are not reached by the time the code gets to its frontier or
   returns: a step removed, or one inserted before history the run already has.
 
-What it cannot see: a changed argument of a step (the journal does not record arguments yet),
-and code that behaves differently on values only known at run time.
+A recorded step called with other arguments than it was recorded with breaks too (its entry keeps
+a fingerprint of the call). What it cannot see: the arguments of entries written before
+fingerprints were, and code that behaves differently on values only known at run time.
 """
 
 from __future__ import annotations
