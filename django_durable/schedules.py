@@ -27,7 +27,7 @@ from .cron import next_after, upcoming  # noqa: F401 - upcoming: part of this mo
 from .cron import valid as valid_cron
 from .exceptions import DurableError
 from .models import Schedule, WorkflowRun
-from .workpool.runs import NewRun, create_run, insert_ready
+from .workpool.runs import NewRun, create_run, insert_ready, stored_input
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -254,8 +254,10 @@ def _start_runs(starts: list[tuple[Schedule, dt.datetime]], db: str) -> int:
             create_run(definition, serialization.decode(schedule.args), serialization.decode(schedule.kwargs),
                        queue=schedule.queue or None, run_id=run_id, idempotency_key=key)
             continue
-        # The input is built from the schedule's args and kwargs, which are our JSON already.
-        ready.append(NewRun(run_id, definition.name, f'{{"args":{schedule.args},"kwargs":{schedule.kwargs}}}',
+        # Checked when the schedule was made; encoded as every run's input (a large one stored apart).
+        text = stored_input(definition, serialization.decode(schedule.args), serialization.decode(schedule.kwargs),
+                            run_id, validated=True)
+        ready.append(NewRun(run_id, definition.name, text,
                             definition.max_attempts, schedule.queue or definition.queue, definition.priority,
                             idempotency_key=key, scheduled_at=fire_time))
     # A fire time another worker (or an earlier attempt) started already is skipped: each starts once.

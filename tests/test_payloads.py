@@ -57,6 +57,34 @@ def test_big_values_are_stored_apart_and_come_back(stored):
     assert json.loads(step_file.read_text())[49].startswith("line 00000049")
 
 
+def test_a_large_input_is_stored_apart_however_the_run_starts(stored):
+    """start(), start_many() and a schedule's fire time encode a run's input the same way."""
+    from django_durable import schedules
+
+    data = [f"item {i}" * 20 for i in range(200)]
+    one = durable.start("tests.big_payloads", data=data)
+    many = durable.start_many("tests.big_payloads", [{"data": data}, {"data": ["small"]}])
+    schedules.ensure_schedule("big-input", "tests.big_payloads", interval=3600, kwargs={"data": data})
+    fire_time = timezone.now().replace(microsecond=0)
+    schedules._start_runs([(schedules.get("big-input"), fire_time)], "default")
+    fired = WorkflowRun.objects.get(idempotency_key__startswith="schedule:big-input:")
+    inputs = [WorkflowRun.objects.get(pk=pk).input for pk in (one.pk, *many, fired.pk)]
+    assert [text.startswith(payloads.PREFIX) for text in inputs] == [True, True, False, True], [t[:60] for t in inputs]
+    assert StoredPayload.objects.filter(run_id__in=[one.pk, many[0], fired.pk]).count() == 3
+    drain()
+    for pk in (one.pk, many[0], fired.pk):
+        run = WorkflowRun.objects.get(pk=pk)
+        assert run.status == "completed" and run.get_result()["input"] == 200, run.error
+
+
+def test_start_many_refusing_one_call_stores_no_input_of_another(stored):
+    data = [f"item {i}" * 20 for i in range(200)]
+    with pytest.raises(durable.InvalidArguments if hasattr(durable, "InvalidArguments") else TypeError,
+                       match=r"calls\[1\]"):
+        durable.start_many("tests.big_payloads", [{"data": data}, {"nonsense": 1}])
+    assert files(stored) == [] and not StoredPayload.objects.exists()
+
+
 def test_small_values_stay_in_the_tables(stored):
     run = durable.start("tests.big_payloads")
     drain()
@@ -99,7 +127,7 @@ def test_the_prune_deletes_the_stored_files_with_their_runs(stored, settings):
 def test_offloading_needs_a_durable_storage(settings):
     settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = LIMIT
     settings.STORAGES = {name: options for name, options in settings.STORAGES.items() if name != "durable"}
-    shapes = {"django_durable.E011", "django_durable.W004"}  # workflows other test modules register on purpose
+    shapes = {"django_durable.E011", "django_durable.W004", "django_durable.W005"}  # workflows other test modules register on purpose
     assert [e.id for e in checks.run_checks() if e.id.startswith("django_durable") and e.id not in shapes] == \
         ["django_durable.E009"]
     settings.DURABLE_PAYLOAD_OFFLOAD_BYTES = "1 MB"

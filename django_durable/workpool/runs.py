@@ -115,13 +115,16 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     return run
 
 
-def stored_input(definition, args, kwargs: dict, run_id) -> str:
+def stored_input(definition, args, kwargs: dict, run_id, *, validated: bool = False, carried=None) -> str:
     """The input column of run `run_id` of `definition` for these arguments: validated (the
-    workflow's `input`), with the caller's trace, within DURABLE_MAX_PAYLOAD_BYTES, a large one
-    stored apart as the run's."""
-    args, kwargs = definition.validated(args, kwargs)
-    return serialization.encode({"args": list(args), "kwargs": kwargs, **telemetry.carried()}, what="input",
-                                max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=run_id)
+    workflow's `input`; not again if `validated`), with the caller's trace (`carried`, else read
+    now), within DURABLE_MAX_PAYLOAD_BYTES, a large one stored apart as the run's. The one
+    encoding of a run's input: start(), start_many(), a schedule's fire time, a gated start."""
+    if not validated:
+        args, kwargs = definition.validated(args, kwargs)
+    return serialization.encode({"args": list(args), "kwargs": kwargs, **(telemetry.carried() if carried is None
+                                                                           else carried)},
+                                what="input", max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=run_id)
 
 
 def advance_item(run, *, ready: bool = True, available_at=None, turn=None) -> WorkItem:
@@ -270,9 +273,9 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
     Every call's arguments are checked and encoded first: one that is refused (named by its
     index, `calls[2]`) stores nothing. Inside the caller's transaction.atomic() they commit with it.
     """
-    max_bytes = conf.get("MAX_PAYLOAD_BYTES")
-    carried = telemetry.carried()
-    inputs = []
+    # Every call checked first, then encoded: a refused one stores nothing, not even a large input
+    # of an earlier call stored apart.
+    checked = []
     for position, call in enumerate(calls):
         if isinstance(call, dict):
             args, kwargs = [], call
@@ -282,17 +285,24 @@ def start_many(definition, calls, *, queue=None, priority=None, concurrency_key=
             raise TypeError(f"start_many() takes, for each run, a dict of keyword arguments or a list of "
                             f"positional ones; calls[{position}] is a {type(call).__name__}.")
         try:
-            args, kwargs = definition.validated(args, kwargs)
-            inputs.append(serialization.encode({"args": args, "kwargs": kwargs, **carried}, what="input",
-                                               max_bytes=max_bytes))
+            checked.append(definition.validated(args, kwargs))
+        except (TypeError, ValueError) as exc:
+            exc.args = (f"start_many() calls[{position}]: {exc}", *exc.args[1:])
+            raise
+    carried = telemetry.carried()
+    ids = [uuid7() for _ in checked]
+    inputs = []
+    for position, ((args, kwargs), run_id) in enumerate(zip(checked, ids)):
+        try:
+            inputs.append(stored_input(definition, args, kwargs, run_id, validated=True, carried=carried))
         except (TypeError, ValueError) as exc:
             exc.args = (f"start_many() calls[{position}]: {exc}", *exc.args[1:])
             raise
     queue_name = _check_queue(queue or definition.queue)
     priority = definition.priority if priority is None else _check_priority(priority)
     concurrency_key = _check_concurrency_key(concurrency_key)
-    runs = [NewRun(uuid7(), definition.name, text, definition.max_attempts, queue_name, priority, concurrency_key)
-            for text in inputs]
+    runs = [NewRun(run_id, definition.name, text, definition.max_attempts, queue_name, priority, concurrency_key)
+            for run_id, text in zip(ids, inputs)]
     db = conf.get("DATABASE")
     refuse_other_transaction(db, f"Runs of {definition.name!r} were started")
     with transaction.atomic(using=db):
