@@ -104,6 +104,13 @@ class WorkItemQuerySet(models.QuerySet):
             wake=Case(When(status=Status.PROCESSING, then=Value(True)), default=F("wake")),
         )
 
+    def take(self, *, token, worker: str, lease_expires) -> int:
+        """Claim these items for `worker` with `token` until `lease_expires` (an expression on the
+        database's clock), counting the delivery: every column of WorkItem.CLAIM_COLUMNS. The caller
+        conditions it (still pending: a compare-and-set). Return how many."""
+        return self.update(status=WorkItem.Status.PROCESSING, claim_token=token, claimed_by=worker,
+                           claim_expires_at=lease_expires, attempts=F("attempts") + 1, wake=False)
+
     def end(self, status: str, **fields) -> int:
         """Free these items as items that finished their turn, writing every column of
         WorkItem.END_COLUMNS (end_values()); `fields` override some (a branch's retry gives its
@@ -183,6 +190,8 @@ class WorkItem(models.Model):
 
     # What an item's end writes (WorkItemQuerySet.end, and in SQL queries.END_ITEM, rendered from
     # this list): every column its claim or its turn set, so that no way of ending leaves one behind.
+    # What a claim writes (WorkItemQuerySet.take, and in SQL queries.claim_item).
+    CLAIM_COLUMNS = ("status", "claim_token", "claimed_by", "claim_expires_at", "attempts", "wake")
     END_COLUMNS = ("status", "available_at", "claim_token", "claimed_by", "claim_expires_at", "attempts", "wake",
                    "missing_since", "step_key")
 

@@ -6,8 +6,8 @@ import re
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
-from django.db.models import Exists, OuterRef, Q
-from django.db.models.functions import Now
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Coalesce, Now
 
 from .. import clock, conf, serialization
 from ..humanize import short_id
@@ -116,6 +116,13 @@ class WorkflowRunQuerySet(models.QuerySet):
         unfinished = [status for status in WorkflowRun.Status.values
                       if status not in WorkflowRun.TERMINAL and status != WorkflowRun.Status.BLOCKED]
         return self.filter(status__in=unfinished).filter(condition)
+
+    def mark_running(self, worker: str) -> int:
+        """These unfinished runs are being advanced by `worker` now: every column of
+        WorkflowRun.RUNNING_COLUMNS (in SQL queries.mark_running). Return how many."""
+        now = clock.db_now()
+        return self.unfinished().update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), now),
+                                        updated_at=now, waiting_on="", last_worker=worker, last_claimed_at=now)
 
     def end(self, status: str, *, result: str | None, error: str | None, **fields) -> int:
         """End these runs with `status`, writing every column of WorkflowRun.END_COLUMNS (`result`
@@ -245,6 +252,8 @@ class WorkflowRun(models.Model):
     # list): every outcome column, the other outcome's cleared, so that no end leaves one behind
     # (a completed run keeps no error of an earlier attempt).
     END_COLUMNS = ("status", "result", "error", "waiting_on", "finished_at", "updated_at")
+    # What a claim of a run's advance writes (WorkflowRunQuerySet.mark_running, queries.mark_running).
+    RUNNING_COLUMNS = ("status", "started_at", "updated_at", "waiting_on", "last_worker", "last_claimed_at")
 
     class Meta:
         db_table = "durable_workflow_run"

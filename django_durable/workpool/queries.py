@@ -50,6 +50,26 @@ def _set(columns: tuple[str, ...], values: dict[str, str]) -> str:
     return ",\n        ".join(f"{column} = {value}" for column, value in values.items())
 
 
+def claim_item(token: str, worker: str, lease: str) -> str:
+    """What a claim writes on the item `w` it takes (WorkItem.CLAIM_COLUMNS; the ORM's is
+    WorkItemQuerySet.take), in SQL: its `token`, `worker` and `lease` (seconds) as SQL. `wake` is
+    set when the item changed after the statement began (SNAPSHOT_MOVED)."""
+    return _set(WorkItem.CLAIM_COLUMNS, {
+        "status": "'processing'", "claim_token": token, "claimed_by": worker,
+        "claim_expires_at": f"{{now}} + make_interval(secs => {lease})", "attempts": "w.attempts + 1",
+        "wake": "{snapshot_moved}",
+    })
+
+
+def mark_running(worker: str) -> str:
+    """What a claim of a run's advance writes on the run `r` (WorkflowRun.RUNNING_COLUMNS; the ORM's
+    is WorkflowRunQuerySet.mark_running), in SQL, `worker` as SQL."""
+    return _set(WorkflowRun.RUNNING_COLUMNS, {
+        "status": "'running'", "started_at": "COALESCE(r.started_at, {now})", "updated_at": "{now}",
+        "waiting_on": "''", "last_worker": worker, "last_claimed_at": "{now}",
+    })
+
+
 def end_item(item_status: str, available_at: str) -> str:
     """What an item's end writes (WorkItem.END_COLUMNS; the ORM's is models.pool.end_values), in SQL:
     `item_status` and `available_at` are SQL (in a fair queue an item ready again is ready at its
@@ -86,9 +106,7 @@ CLAIM_CTES = """
 picked AS ({pick}),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
-        claim_expires_at = {now} + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = {snapshot_moved}
+    SET """ + claim_item("%s", "%s", "%s") + """
     WHERE w.id = (SELECT id FROM picked) {chain_guard}
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ){claim_run}{rated}"""
@@ -114,8 +132,7 @@ CLAIM_RUN = """,
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = {now}
+    SET """ + mark_running("claimed.claimed_by") + """
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ({terminal})
     RETURNING r.id
@@ -192,8 +209,7 @@ given AS (
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
-        last_worker = given.worker, last_claimed_at = {now}
+    SET """ + mark_running("given.worker") + """
     FROM fence, given
     WHERE r.id = (SELECT run_id FROM given WHERE kind = 'advance') AND r.id_time = %s AND r.status NOT IN ({terminal})
     RETURNING r.id
@@ -247,9 +263,7 @@ WITH picked AS (
 ),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = (%s::uuid[])[picked.n], claimed_by = %s,
-        claim_expires_at = {now} + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = {snapshot_moved}
+    SET """ + claim_item("(%s::uuid[])[picked.n]", "%s", "%s") + """
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
@@ -257,8 +271,7 @@ claimed AS (
 ),
 run AS (
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, {now}), updated_at = {now}, waiting_on = '',
-        last_worker = %s, last_claimed_at = {now}
+    SET """ + mark_running("%s") + """
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ({terminal})
     RETURNING r.id
 )

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
-from django.db.models.functions import Coalesce
 
 from .. import clock
 from .. import queues as durable_queues
@@ -103,14 +102,8 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
             .values_list("id", flat=True).first()
         if candidate is None:
             return None
-        changed = WorkItem.objects.using(db).filter(id=candidate, status=WorkItem.Status.PENDING).update(
-            status=WorkItem.Status.PROCESSING,
-            claim_token=params.token,
-            claimed_by=worker,
-            claim_expires_at=lease_expiry(),
-            attempts=F("attempts") + 1,
-            wake=False,
-        )
+        changed = WorkItem.objects.using(db).filter(id=candidate, status=WorkItem.Status.PENDING).take(
+            token=params.token, worker=worker, lease_expires=lease_expiry())
         if changed:
             break
     else:
@@ -123,11 +116,9 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
     )
     run = None
     if run_id is not None:
-        runs = WorkflowRun.objects.using(db).filter(id=run_id).exclude(status__in=WorkflowRun.TERMINAL)
+        runs = WorkflowRun.objects.using(db).filter(id=run_id).unfinished()
         if kind == WorkItem.Kind.ADVANCE:
-            # Advancing makes the run `running`; a branch (a step item) leaves it waiting.
-            runs.update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), clock.db_now()),
-                        updated_at=clock.db_now(), waiting_on="", last_worker=worker, last_claimed_at=clock.db_now())
+            runs.mark_running(worker)  # a branch (a step item) leaves its run waiting
         state = runs.values("workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at").first()
         if state is not None:
             journal, messages, children = [], [], []

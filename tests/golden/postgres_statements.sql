@@ -6,17 +6,24 @@ WITH
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -44,17 +51,24 @@ picked AS (SELECT picked.id FROM unnest(%s::varchar[]) AS served (queue), LATERA
     ORDER BY picked.priority DESC, picked.available_at, picked.id LIMIT 1),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -221,17 +235,24 @@ quiet AS (
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -324,17 +345,24 @@ moved AS (
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -401,17 +429,24 @@ woke AS (
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -478,17 +513,24 @@ woke AS (
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -543,17 +585,24 @@ WITH
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -637,17 +686,24 @@ quiet AS (
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = %s, claimed_by = %s,
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = claimed.claimed_by, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
     FROM claimed
     WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
@@ -838,9 +894,12 @@ WITH picked AS (
 ),
 claimed AS (
     UPDATE durable_work_item AS w
-    SET status = 'processing', claim_token = (%s::uuid[])[picked.n], claimed_by = %s,
+    SET status = 'processing',
+        claim_token = (%s::uuid[])[picked.n],
+        claimed_by = %s,
         claim_expires_at = statement_timestamp() + make_interval(secs => %s),
-        attempts = w.attempts + 1, wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
@@ -848,8 +907,12 @@ claimed AS (
 ),
 run AS (
     UPDATE durable_workflow_run AS r
-    SET status = 'running', started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(), waiting_on = '',
-        last_worker = %s, last_claimed_at = statement_timestamp()
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = %s,
+        last_claimed_at = statement_timestamp()
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id
 )
