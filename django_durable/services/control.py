@@ -17,7 +17,7 @@ from ..workpool import endings, evidence, locking
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished, StepNotFound
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from .locks import lock_run, lock_unfinished
-from ..workpool.runs import advance_item, create_run, set_deadline
+from ..workpool.runs import create_run, set_deadline
 from .runs import _run_pk, get_run
 
 Status = WorkflowRun.Status
@@ -159,14 +159,13 @@ def restart(run: WorkflowRun, db: str) -> None:
     Step.objects.using(db).filter(run_id=run.pk).exclude(status=Step.Status.COMPLETED).delete()
     endings.cancel_branches(run.pk, db)
     endings.cancel_timers(run.pk, db)
-    WorkflowRun.objects.using(db).filter(pk=run.pk).back_to_pending(
-        from_statuses=RETRYABLE, result=None, error=None, finished_at=None, cancel_requested_at=None, attempt=1,
-        deadline_at=None,
+    workpool.back_to_pending(
+        run.pk, db=db, taken=True, item={"step_key": ""}, from_statuses=RETRYABLE, result=None, error=None,
+        finished_at=None, cancel_requested_at=None, attempt=1, deadline_at=None,
     )
     definition = registry.find(run.workflow)
     if definition is not None and definition.timeout is not None:
         set_deadline(run, definition.timeout, db)
-    _take_item(run.pk, db, WorkItem.Status.PENDING)
     for child_id in unfinished_children:
         child = WorkflowRun.objects.using(db).filter(pk=child_id).values_list("status", flat=True).first()
         if child in RETRYABLE:
@@ -193,9 +192,8 @@ def retry_rollback(run_id, *, by: str | None = None) -> WorkflowRun:
             )
         WorkflowEvent.record(pk, EventType.ROLLBACK_RETRIED, by=by, db=db)
         Step.objects.using(db).filter(run_id=pk, kind=Step.Kind.ROLLBACK, status=Step.Status.FAILED).delete()
-        WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending(
-            from_statuses=[Status.COMPENSATION_FAILED], finished_at=None)
-        _take_item(pk, db, WorkItem.Status.PENDING)
+        workpool.back_to_pending(pk, db=db, taken=True, item={"step_key": ""},
+                                 from_statuses=[Status.COMPENSATION_FAILED], finished_at=None)
         workpool.notify(db)
     run.refresh_from_db()
     return run
@@ -278,10 +276,7 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
 
 def _give_advance_back(run: WorkflowRun, db: str) -> None:
     """Queue the locked, unfinished `run`'s advance, ready now; the run waits for it (pending)."""
-    advance = WorkItem.objects.using(db).filter(run_id=run.pk, kind=WorkItem.Kind.ADVANCE)
-    if not advance.requeue(step_key=""):
-        advance_item(run).save(using=db, force_insert=True)  # lost (a row deleted by hand): made again
-    WorkflowRun.objects.using(db).filter(pk=run.pk).back_to_pending(from_statuses=[Status.RUNNING, Status.BLOCKED])
+    workpool.back_to_pending(run.pk, db=db, item={"step_key": ""}, from_statuses=[Status.RUNNING, Status.BLOCKED])
     workpool.notify(db)
 
 
@@ -394,12 +389,13 @@ def release_claim(item_id: int, *, by: str | None = None) -> bool:
         if item is None:
             return False
         run_id, claimed_by, kind = item
-        released = WorkItem.objects.using(db).filter(pk=item_id, status=WorkItem.Status.PROCESSING).requeue(
-            last_error=f"Claim of {claimed_by} released by {by or 'code'}."[:2000],
-        )
+        why = f"Claim of {claimed_by} released by {by or 'code'}."[:2000]
+        if kind == WorkItem.Kind.ADVANCE:
+            released = workpool.back_to_pending(run_id, db=db, held_only=True, item={"last_error": why})
+        else:
+            released = WorkItem.objects.using(db).filter(pk=item_id, status=WorkItem.Status.PROCESSING).requeue(
+                last_error=why)
         if released and run_id is not None:
-            if kind == WorkItem.Kind.ADVANCE:
-                WorkflowRun.objects.using(db).filter(pk=run_id).back_to_pending()
             WorkflowEvent.record(run_id, EventType.CLAIM_RELEASED, by=by, message=f"Taken from worker {claimed_by}.",
                                  data={"item": item_id, "kind": kind}, db=db)
         if released:

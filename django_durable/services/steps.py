@@ -92,8 +92,7 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
                 workpool.wake([pk], db=db)
         else:
             # Taken from a worker that may be stuck in the step; the next one replays past it.
-            WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).requeue(wake=False)
-            WorkflowRun.objects.using(db).filter(pk=pk).back_to_pending()
+            workpool.back_to_pending(pk, db=db, item={"wake": False})
             workpool.notify(db)
     run.refresh_from_db()
     return run

@@ -12,7 +12,7 @@ their ancestors. (The scheduler locks schedules, and an approval's decision its 
   postgres.py and queries.py implement it on PostgreSQL, one statement each, named in SQL;
   sqlite.py with compare-and-set updates (its batch verbs a loop in one transaction);
 - runs.py: a run created (with its work item); endings.py: a run ended, with everything its end
-  drags along; a run back to pending is WorkflowRunQuerySet.back_to_pending (models);
+  drags along; pending.py: a run back to pending with its item ready (for the services);
 - locking.py: the lock order; wakeups.py: wakes, timers and NOTIFY; reaping.py: expired claims;
 - messages.py: an event delivered to the runs waiting for it, a kept event taken by a later wait;
 - leases.py, rows.py, evidence.py: leases, the named rows, and what a retry would erase.
@@ -44,6 +44,7 @@ from .claims import (
 )
 from .holds import Claim, Ending
 from .leases import lease_expiry, lease_seconds
+from .pending import back_to_pending
 from .reaping import PROCESS_GONE, WorkerLost, reap, release_worker
 from .rows import RunState
 from .wakeups import (
@@ -60,7 +61,7 @@ from .wakeups import (
 
 __all__ = [
     "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
-    "announce_end", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "finish_branch", "finish_run",
+    "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "finish_branch", "finish_run",
     "finish_runs", "fire_timers",
     "held_back", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",
