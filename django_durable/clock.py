@@ -42,7 +42,9 @@ def database_now(db: str) -> dt.datetime:
     """
     from django.db import connections
 
-    if _frozen is not None or connections[db].vendor != "postgresql":
+    from . import conf
+
+    if _frozen is not None or not conf.is_postgres(db):
         return now()  # SQLite's clock is this machine's
     with connections[db].cursor() as cursor:
         cursor.execute("SELECT statement_timestamp()")

@@ -124,6 +124,17 @@ def vendor(db: str) -> str:
     return connections[db].vendor
 
 
+def is_postgres(db: str) -> bool:
+    """Whether the database alias `db` is PostgreSQL: the one question, read once per alias (vendor())."""
+    return vendor(db) == "postgresql"
+
+
+def listens(db: str) -> bool:
+    """Whether NOTIFY wakes the listeners of database alias `db` (workers, durable.wait(), stream
+    readers): PostgreSQL with DURABLE_LISTEN_NOTIFY. Elsewhere they poll."""
+    return vendor(db) == "postgresql" and get("LISTEN_NOTIFY")
+
+
 @receiver(setting_changed)
 def _clear_cache(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith("DURABLE_"):

@@ -177,7 +177,7 @@ def tick(*, db: str, batch: int = 200) -> int:
 def _tick_batch(db, now, grace, batch) -> tuple[int, int]:
     with transaction.atomic(using=db):
         due = Schedule.objects.using(db).filter(status=Schedule.Status.ACTIVE, next_fire_at__lte=now)
-        if connections[db].vendor == "postgresql":
+        if conf.is_postgres(db):
             # Every worker runs this: each takes schedules no other is handling right now (and
             # locks only the schedule rows, not their last runs).
             due = due.select_for_update(skip_locked=True, no_key=True, of=("self",))
@@ -211,7 +211,7 @@ def _save_progress(schedules: list[Schedule], now: dt.datetime, db: str) -> None
     if not schedules:
         return
     connection = connections[db]
-    pg = connection.vendor == "postgresql"
+    pg = conf.is_postgres(db)
     row = "(%s::bigint, %s::timestamptz, %s::timestamptz, %s::uuid)" if pg else "(%s, %s, %s, %s)"
     fields = [Schedule._meta.get_field(name) for name in ("id", "next_fire_at", "last_fire_at", "last_run")]
     params = [now if pg else fields[1].get_db_prep_value(now, connection)]

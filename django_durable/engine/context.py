@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import clock, conf, faults, serialization, telemetry
+from .. import conf, faults, serialization, telemetry
 from ..databases import writes_only_to
 from ..exceptions import CODE_FAILURES, ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend

@@ -210,7 +210,7 @@ def wait(run_id, timeout: float | None = None) -> Any:
         )
     pk = _run_pk(run_id)
     deadline = None if timeout is None else time.monotonic() + timeout
-    if connections[db].vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
+    if conf.listens(db):
         with _Listening(db, pk) as listening:
             return _wait(pk, db, deadline, timeout, look=listening.look, pause=listening.pause,
                          first=LISTENING_FIRST_PAUSE)

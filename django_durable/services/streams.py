@@ -225,7 +225,7 @@ def _ended(pk, db) -> bool:
 
 def _listen_params(db: str) -> dict | None:
     """The connection parameters of a session to LISTEN on (None: no NOTIFY here, poll)."""
-    if connections[db].vendor != "postgresql" or not conf.get("LISTEN_NOTIFY"):
+    if not conf.listens(db):
         return None
     return listen_params(db)
 

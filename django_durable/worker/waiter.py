@@ -7,7 +7,6 @@ import os
 import select
 import time
 
-from django.db import connections
 
 from .. import conf, workpool
 from ..humanize import one_line
@@ -39,7 +38,7 @@ class Waiter:
         self._backoff = Backoff(first=0.5, cap=LISTEN_RETRY_CAP)
 
     def listen(self):
-        if self.listener is not None or connections[self.db].vendor != "postgresql":
+        if self.listener is not None or not conf.is_postgres(self.db):
             return self.listener
         if not conf.get("LISTEN_NOTIFY") or time.monotonic() < self._listen_at:
             return None

@@ -84,7 +84,7 @@ class Backend(Protocol):
 
 def of(db: str) -> Backend:
     """The hot path of database alias `db`."""
-    return postgres if conf.vendor(db) == "postgresql" else sqlite
+    return postgres if conf.is_postgres(db) else sqlite
 
 
 if TYPE_CHECKING:  # what the type checker holds to the contract

@@ -156,7 +156,7 @@ def cancel_branches(pk, db: str) -> None:
 def cancel_timers(pk, db: str) -> None:
     """The run's pending timers never fire."""
     timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
-    if conf.vendor(db) == "postgresql":
+    if conf.is_postgres(db):
         # A timer being fired holds its lock and waits for the item we hold: skip it, it can
         # only wake a finished run.
         timers = Timer.objects.using(db).filter(

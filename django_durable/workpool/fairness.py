@@ -62,7 +62,7 @@ def turns(db: str, queue: str, key: str, count: int = 1) -> list[dt.datetime] | 
     w = weight(queue, key)
     if w is None:
         return None
-    if conf.vendor(db) == "postgresql":  # one statement: its row lock lasts as long as the caller's transaction
+    if conf.is_postgres(db):  # one statement: its row lock lasts as long as the caller's transaction
         sql = queries.FAIR_TURN_ALONE.format(now=clock.now_sql("postgresql"))
         last, used = postgres.execute(db, sql, [queue, key, count, w, queue])[0]
     else:

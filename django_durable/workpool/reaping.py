@@ -40,7 +40,7 @@ def reap(*, db: str, batch: int = 100) -> int:
     max_deliveries = int(conf.get("MAX_DELIVERIES"))
     with transaction.atomic(using=db):
         qs = WorkItem.objects.using(db).expired()
-        if conf.vendor(db) == "postgresql":
+        if conf.is_postgres(db):
             qs = qs.select_for_update(skip_locked=True, no_key=True)
         rows = [Expired._make(row) for row in qs.values_list("id", *Expired._fields[1:])[:batch]]
         if not rows:

@@ -66,7 +66,7 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     if lock is not None:
         run.subject_lock = lock
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
-            and definition.timeout is None and subject is None and lock is None and conf.vendor(db) == "postgresql":
+            and definition.timeout is None and subject is None and lock is None and conf.is_postgres(db):
         return _insert_at_once(run, db)
     with transaction.atomic(using=db):
         if idempotency_key is None and run_id is None:
@@ -241,7 +241,7 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
     for first in range(0, len(runs), START_MANY_BATCH):
         batch = runs[first:first + START_MANY_BATCH]
         taken = _turns(db, batch)  # {run id: its turn} of the runs in fair queues
-        if conf.vendor(db) == "postgresql":
+        if conf.is_postgres(db):
             arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
             inputs = json.dumps([run.input for run in batch])
             _insert(db, queries.START_MANY, [*arrays, inputs, *([list(taken), list(taken.values())] if taken else [])],

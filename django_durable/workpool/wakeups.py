@@ -33,17 +33,15 @@ def wake(run_ids, *, db: str) -> int:
 
 def notify(db: str) -> None:
     """On PostgreSQL, wake idle workers when the current transaction commits (a hint only)."""
-    connection = connections[db]
-    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
-        with connection.cursor() as cursor:
+    if conf.listens(db):
+        with connections[db].cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
 
 
 def announce_end(run_ids, *, db: str) -> None:
     """On PostgreSQL, tell the durable.wait() calls of these runs, if any, that they ended (at commit)."""
-    connection = connections[db]
-    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
-        with connection.cursor() as cursor:
+    if conf.listens(db):
+        with connections[db].cursor() as cursor:
             cursor.execute(queries.ANNOUNCE, [list(run_ids)])
 
 
@@ -57,9 +55,8 @@ def listen_params(db: str) -> dict:
 
 def announce_stream(run_id, *, db: str) -> None:
     """On PostgreSQL, wake the readers of the run's streams (GET .../stream/): a hint only."""
-    connection = connections[db]
-    if connection.vendor == "postgresql" and conf.get("LISTEN_NOTIFY"):
-        with connection.cursor() as cursor:
+    if conf.listens(db):
+        with connections[db].cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [queries.STREAM_CHANNEL, str(run_id)])
 
 
@@ -71,7 +68,7 @@ def fire_timers(*, db: str, batch: int = TIMER_BATCH) -> int:
     """
     with transaction.atomic(using=db):
         due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
-        if conf.vendor(db) == "postgresql":
+        if conf.is_postgres(db):
             due = due.select_for_update(skip_locked=True, no_key=True)
         timers = list(due.order_by("fire_at").values("id", "run_id", "kind")[:batch])
         if not timers:
@@ -100,7 +97,7 @@ def next_timer_in(*, db: str) -> float | None:
     earliest = Timer.objects.using(db).filter(status=Timer.Status.PENDING).aggregate(at=Min("fire_at"))["at"]
     if earliest is None:
         return None
-    if conf.vendor(db) == "postgresql" and not clock.is_frozen():
+    if conf.is_postgres(db) and not clock.is_frozen():
         with connections[db].cursor() as cursor:
             cursor.execute("SELECT EXTRACT(EPOCH FROM %s - statement_timestamp())", [earliest])
             return float(cursor.fetchone()[0])
