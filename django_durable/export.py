@@ -33,11 +33,11 @@ _MESSAGE_FIELDS = ("kind", "name", "payload", "target_key", "idempotency_key", "
 
 def export_run(run_id) -> dict:
     """The run `run_id` as JSON-ready data (see this module); raise WorkflowNotFound."""
-    from .services.runs import _run_pk
+    from .ids import run_pk
     from .exceptions import WorkflowNotFound
 
     db = conf.get("DATABASE")
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     run = WorkflowRun.objects.using(db).filter(pk=pk).first()
     if run is None:
         raise WorkflowNotFound(f"No workflow run has the id {pk}.")

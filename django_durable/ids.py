@@ -113,3 +113,19 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 THEN to_timestamp({moment} / 1000.0)
                 ELSE to_timestamp(0) END
 $$""".format(moment="('x' || lpad(replace(substr(run_id::text, 1, 13), '-', ''), 16, '0'))::bit(64)::bigint")
+
+
+def run_pk(run_id) -> uuid.UUID:
+    """The UUID of a run id a caller gave (a UUID or its text); raise WorkflowNotFound for anything else."""
+    from .exceptions import WorkflowNotFound
+
+    try:
+        return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        raise WorkflowNotFound(f"No workflow run has the id {str(run_id)[:80]!r}.") from None
+
+
+def check_name(name, what: str) -> None:
+    """Refuse a name of a signal, event, update or stream (`what`) that is not 1 to 200 characters: ValueError."""
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {str(name)[:80]!r}.")

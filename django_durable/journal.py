@@ -133,3 +133,10 @@ def fingerprint(name: str, fn: Callable | None, args, kwargs: dict) -> str | Non
         except (TypeError, ValueError, RecursionError):  # not JSON, keys of mixed types, a cycle
             return None
     return hashlib.blake2b(f"{name}\n{text}".encode(), digest_size=8).hexdigest()
+
+
+def as_datetime(value) -> dt.datetime | None:
+    """A journal time as a datetime: they come back as datetimes (SQLite, the ORM) or ISO strings (PostgreSQL's JSON)."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(value)

@@ -18,7 +18,7 @@ from . import asyncs
 from .alarm import Alarm
 from .composition import current_step, resolve
 from .context import log_attempt
-from .waits import _as_datetime
+from ..journal import as_datetime
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -28,7 +28,7 @@ class BranchSession:
 
     def __init__(self, claim: workpool.Claim):
         self.claim = claim
-        self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
+        self.deadline = as_datetime(claim.run.deadline_at) if claim.run else None
 
     def now(self) -> dt.datetime:
         return self.claim.db_now()
@@ -63,7 +63,7 @@ def run_branch(claim: workpool.Claim, chain: Callable[[], workpool.ClaimRequest 
     if entry is not None and entry.status == "retrying":
         attempt = entry.attempts + 1
     elif entry is not None and entry.status == "running":
-        attempt, deadline = entry.attempts, _as_datetime(entry.deadline_at)
+        attempt, deadline = entry.attempts, as_datetime(entry.deadline_at)
         if deadline is not None and claim.db_passed(deadline):
             problem = problem or StepTimeout(
                 f"Branch {claim.step_key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC; "

@@ -21,7 +21,8 @@ from ..retry import RetryPolicy
 from . import asyncs
 from .composition import Composition, current_step, step_timeout
 from .flow import Flow
-from .waits import Waits, _as_datetime
+from ..journal import as_datetime
+from .waits import Waits
 from ..journal import StepRecord, fingerprint
 
 logger = logging.getLogger("django_durable.worker")
@@ -176,13 +177,13 @@ class Context(Waits, Composition, Flow):
     def _resume(self, key, name, entry: StepRecord, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
         """Return (attempt, deadline) for a step an earlier advance left running or retrying."""
         if entry.status == "retrying":
-            retry_at = _as_datetime(entry.retry_at)
+            retry_at = as_datetime(entry.retry_at)
             if retry_at is not None and not self._session.passed(retry_at):
                 # Woken before the back-off ended; its timer is still pending.
                 raise Suspend(_retry_waiting_on(key, entry.attempts + 1, policy, retry_at))
             return entry.attempts + 1, None
         # Running: the worker of that attempt died, or was replaced after a timeout.
-        deadline = _as_datetime(entry.deadline_at)
+        deadline = as_datetime(entry.deadline_at)
         if deadline is not None and self._session.passed(deadline):
             timeout = StepTimeout(
                 f"Step {key!r} ran past its deadline of {deadline:%Y-%m-%d %H:%M:%S} UTC "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..ids import check_name
 from .. import conf, serialization
 from ..exceptions import NoBranchMatched
 from ..retry import RetryPolicy
@@ -139,7 +140,6 @@ class Flow:
         self._stream_entry(name, {"closed": True})
 
     def _stream_entry(self, name: str, body: dict) -> None:
-        from ..workpool.messages import check_name  # the models load after this module
         from ..workpool.wakeups import announce_stream
 
         check_name(name, "stream")
@@ -155,7 +155,6 @@ class Flow:
         to every run waiting for it (as ``durable.emit_event()`` does). Once per run, however
         often the code replays: the delivery commits with its journal entry. Return how many
         runs took the event (recorded, so a replay returns the same number)."""
-        from ..workpool.messages import check_name  # the models load after this module
 
         check_name(name, "event")
         key = self._next_key(f"emit:{name}", claim=False)  # _step claims it

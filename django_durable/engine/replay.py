@@ -29,7 +29,7 @@ from ..workpool.runs import create_run
 from . import asyncs
 from .alarm import Alarm
 from .context import Context
-from .waits import _as_datetime
+from ..journal import as_datetime
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -55,7 +55,7 @@ class Session:
         # Entries a replay would derive again by itself (a sleep that ended): they ride along
         # with the next write but never cause one.
         self.derivable: set[str] = set()
-        self.deadline = _as_datetime(claim.run.deadline_at) if claim.run else None
+        self.deadline = as_datetime(claim.run.deadline_at) if claim.run else None
         self.alarm = Alarm(self)
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
         # What to claim in the statement that ends this advance (see advance()).
@@ -92,7 +92,7 @@ class Session:
             if message.kind != kind:
                 continue
             if (kind == "signal" and message.name == name) or (kind != "signal" and message.target_key == key):
-                if before is not None and _as_datetime(message.created_at) > before:
+                if before is not None and as_datetime(message.created_at) > before:
                     continue
                 del self.messages[index]
                 return message.id, message.payload

@@ -7,6 +7,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..ids import check_name
+from ..journal import as_datetime
 from .. import clock, serialization
 from ..exceptions import ApprovalTimeout, SignalTimeout
 from ..interrupts import Suspend
@@ -63,7 +65,6 @@ class Waits:
         SignalTimeout if `timeout` passes first. Keyed `signal:<name>:<n>` by call order unless
         `key` is given.
         """
-        from ..workpool.messages import check_name  # the models load after this module
 
         check_name(name, "signal")
         key = key or self._auto_key("signal", name)
@@ -79,7 +80,6 @@ class Waits:
         nor answers twice. Raise SignalTimeout if `timeout` passes first. Keyed
         ``update:<name>:<n>`` by call order unless `key` is given.
         """
-        from ..workpool.messages import check_name
 
         check_name(name, "update")
         key = key or self._auto_key("update", name)
@@ -113,7 +113,6 @@ class Waits:
         (DURABLE_EVENT_RETENTION): the oldest such event this run has not taken yet is returned
         at once. Each event is taken once per run. Raise SignalTimeout if `timeout` passes first.
         """
-        from ..workpool.messages import check_name
 
         check_name(name, "event")
         if match is not None and not (isinstance(match, dict) and all(isinstance(k, str) for k in match)):
@@ -168,7 +167,7 @@ class Waits:
                 return self._replay_final(key, entry)
         now = self._session.now()
         if entry is not None:
-            deadline = _as_datetime(entry.deadline_at)
+            deadline = as_datetime(entry.deadline_at)
         elif until is not None:
             deadline = until(now)
         else:
@@ -229,8 +228,3 @@ def _timeout(timeout) -> float | None:
     return None if timeout is None else clock.seconds(timeout, "A timeout", zero=False)
 
 
-def _as_datetime(value) -> dt.datetime | None:
-    """Journal times come back as datetimes (SQLite, ORM) or ISO strings (PostgreSQL JSON)."""
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(value)

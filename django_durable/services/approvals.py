@@ -23,7 +23,7 @@ from .. import clock, conf, serialization, workpool
 from ..exceptions import DurableError, InvalidTransition
 from ..models import Approval, ApprovalDecision, SignalMessage, WorkflowEvent, WorkflowRun
 from .locks import lock_unfinished
-from .runs import _run_pk
+from ..ids import run_pk
 
 _SALT = "django_durable.approval-link"
 
@@ -72,7 +72,7 @@ def decide(run_id, key: str, user, *, approve: bool, comment: str = "", link: st
     InvalidTransition if it is already settled, has expired, its run ended or the user already
     decided, InvalidLink if `link` (the nonce of an e-mailed link) was used before.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     comment = str(comment or "")[:4000]
     with transaction.atomic(using=db):
@@ -136,7 +136,7 @@ def approval_link(run_id, key: str, *, user=None, request=None) -> str:
     It expires after DURABLE_APPROVAL_LINK_MAX_AGE and decides once; with `user`, only that
     user may use it. Following it still needs a logged-in user who may decide.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     approval = Approval.objects.using(conf.get("DATABASE")).filter(run_id=pk, key=key).first()
     if approval is None:
         raise ApprovalNotFound(f"Run {pk} waits for no approval {key!r}.")

@@ -18,7 +18,8 @@ from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinishe
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from .locks import lock_run, lock_unfinished
 from ..workpool.runs import create_run, set_deadline
-from .runs import _run_pk, get_run
+from ..ids import run_pk
+from .runs import get_run
 
 Status = WorkflowRun.Status
 EventType = WorkflowEvent.Type
@@ -38,7 +39,7 @@ def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> Workf
     on. Cancelling again is harmless. Raise WorkflowNotFound for an unknown run and RunFinished
     for one that already ended otherwise.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     error = serialization.dumps_error(Cancelled(reason or "The run was cancelled."))
     with transaction.atomic(using=db):
@@ -62,7 +63,7 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
     timers and pending branches are cancelled, and its unfinished children are cancelled.
     Raise WorkflowNotFound, or RunFinished for a run that already ended.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     error = serialization.dumps_error(ForcedFailure(reason or "An operator forced the run to fail."))
     with transaction.atomic(using=db):
@@ -94,7 +95,7 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
     against the code installed now, where it stopped, with nothing of it reset; if the code
     still differs from its journal it is blocked again.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
@@ -182,7 +183,7 @@ def retry_rollback(run_id, *, by: str | None = None) -> WorkflowRun:
     run goes back to the queue; the ones that completed are not run again. Raise
     WorkflowNotFound, or InvalidTransition if the run is not ``compensation_failed``.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
@@ -211,7 +212,7 @@ def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
     wait out, the run's deadline times the run out. Raise WorkflowNotFound, RunFinished for a
     finished run, InvalidTransition if there is nothing to fire.
     """
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         lock_unfinished(pk, db)
@@ -257,7 +258,7 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
     db = conf.get("DATABASE")
     candidates = WorkflowRun.objects.using(db).stuck(lease_expired=False)
     if run_ids is not None:
-        candidates = candidates.filter(pk__in=[_run_pk(run_id) for run_id in run_ids])
+        candidates = candidates.filter(pk__in=[run_pk(run_id) for run_id in run_ids])
     recovered = []
     for pk in list(candidates.values_list("pk", flat=True)):
         with transaction.atomic(using=db):

@@ -8,9 +8,10 @@ from django.db import transaction
 
 from .. import conf, serialization, workpool
 from ..models import SignalMessage, WorkflowEvent
-from ..workpool.messages import check_name, emit_event, stamp
+from ..ids import check_name
+from ..workpool.messages import emit_event, stamp
 from .locks import lock_unfinished
-from .runs import _run_pk
+from ..ids import run_pk
 
 __all__ = ["emit_event", "signal"]
 
@@ -28,7 +29,7 @@ def signal(run_id, name: str, payload: Any = None, *, idempotency_key: str | Non
     says so).
     """
     check_name(name, "signal")
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     text = serialization.encode(payload, what="signal payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"), owner=pk)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):

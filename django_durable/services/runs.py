@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from .. import clock, conf, registry, serialization
 from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
+from ..ids import run_pk
 from ..models import WorkflowEvent, WorkflowRun
 from ..workpool import postgres, queries
 from ..workpool import runs as _runs
@@ -184,7 +185,7 @@ def runs_for(subject, *, workflow: str | Callable | None = None):
 
 def get_run(run_id) -> WorkflowRun:
     """Return the run with this id; raise WorkflowNotFound (without a query for a non-UUID)."""
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     try:
         return WorkflowRun.objects.using(conf.get("DATABASE")).get(pk=pk)
     except WorkflowRun.DoesNotExist:
@@ -208,7 +209,7 @@ def wait(run_id, timeout: float | None = None) -> Any:
             "transaction is invisible to workers until it commits, so the wait could never end. "
             "Wait after the transaction commits (transaction.on_commit) or outside it."
         )
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     deadline = None if timeout is None else time.monotonic() + timeout
     if conf.listens(db):
         with _Listening(db, pk) as listening:
@@ -338,7 +339,7 @@ def resolve_run_id(text: str) -> uuid.UUID:
     hex digits: a UUIDv7 starts with the clock, so its end tells runs apart). Raise
     WorkflowNotFound if no run, or more than one, ends that way."""
     if not SHORT_ID.match(text or ""):
-        return _run_pk(text)
+        return run_pk(text)
     ids = list(WorkflowRun.objects.using(conf.get("DATABASE")).filter(id__iendswith=text.lower())
                .values_list("id", flat=True)[:2])
     if len(ids) != 1:
@@ -347,12 +348,5 @@ def resolve_run_id(text: str) -> uuid.UUID:
             f"More than one workflow run has an id ending in {text!r}; give more of it."
         )
     return ids[0]
-
-
-def _run_pk(run_id) -> uuid.UUID:
-    try:
-        return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
-    except ValueError:
-        raise WorkflowNotFound(f"No workflow run has the id {str(run_id)[:80]!r}.") from None
 
 

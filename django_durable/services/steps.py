@@ -12,7 +12,7 @@ from ..exceptions import InvalidTransition, RunFinished, StepNotFound
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from .control import check_restartable, restart
 from .locks import lock_run
-from .runs import _run_pk
+from ..ids import run_pk
 
 Status = WorkflowRun.Status
 AUDIT_CHARS = 4000  # how much of an old or new value the audit trail keeps
@@ -35,7 +35,7 @@ def skip_step(run_id, key: str, result: Any = None, *, by: str | None = None) ->
     """
     _check_key(key)
     text = serialization.encode(result, what="step result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
@@ -108,7 +108,7 @@ def edit_step_result(run_id, key: str, result: Any, *, by: str | None = None) ->
     """
     _check_key(key)
     text = serialization.encode(result, what="step result", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         lock_run(pk, db)

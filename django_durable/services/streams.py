@@ -20,9 +20,9 @@ from .. import conf, serialization
 from ..exceptions import WaitTimeout
 from ..models import Step, WorkflowRun
 from ..workpool import queries
-from ..workpool.messages import check_name
+from ..ids import check_name
 from ..workpool.wakeups import listen_params
-from .runs import _run_pk
+from ..ids import run_pk
 
 POLL_SECONDS = 0.5  # between reads when no NOTIFY says more
 KEEPALIVE_SECONDS = 15.0  # an SSE comment so that proxies keep the connection
@@ -39,7 +39,7 @@ def read_stream(run_id, name: str, *, timeout: float | None = None) -> Iterator[
     run goes on), WorkflowNotFound for an unknown run.
     """
     check_name(name, "stream")
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     if not WorkflowRun.objects.using(db).filter(pk=pk).exists():
         from ..exceptions import WorkflowNotFound
@@ -75,7 +75,7 @@ class Follower:
     decided here once; events() and aevents() only differ in how they wait between looks."""
 
     def __init__(self, run_id, *, payloads: bool, after: int = 0):
-        self.pk, self.db, self.payloads = _run_pk(run_id), conf.get("DATABASE"), payloads
+        self.pk, self.db, self.payloads = run_pk(run_id), conf.get("DATABASE"), payloads
         self.cursor, self.sent, self.status, self.done, self.more = after, set(), None, False, False
 
     def look(self) -> list[str]:

@@ -18,9 +18,9 @@ from .. import conf, serialization
 from ..engine.waits import ANSWER_PREFIX, UPDATE_PREFIX
 from ..exceptions import RunFinished, UpdateRejected, WaitTimeout
 from ..models import Step, WorkflowRun
-from ..workpool.messages import check_name
+from ..ids import check_name
 from .messages import signal
-from .runs import _run_pk
+from ..ids import run_pk
 
 FIRST_PAUSE, LONGEST_PAUSE = 0.005, 0.25
 
@@ -50,7 +50,7 @@ def send(run_id, name: str, payload: Any = None, *, by: str | None = None) -> st
 def answer_of(run_id, update_id: str, *, timeout: float | None = 0.0, name: str = "") -> Any:
     """The answer to the update `update_id` of the run, waiting up to `timeout` seconds for it
     (0: look once); raise as update() does."""
-    pk = _run_pk(run_id)
+    pk = run_pk(run_id)
     db = conf.get("DATABASE")
     key = f"{ANSWER_PREFIX}{update_id}"
     deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))

@@ -11,14 +11,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import DurationField, Exists, OuterRef, Q, Subquery, Value
 
+from ..ids import check_name
 from .. import clock, conf, serialization
 from ..models import SignalMessage, Step, StoredEvent, WorkflowRun
 from .wakeups import wake
-
-
-def check_name(name, what: str) -> None:
-    if not isinstance(name, str) or not 0 < len(name) <= 200:
-        raise ValueError(f"A {what} name must be a string of 1 to 200 characters, not {str(name)[:80]!r}.")
 
 
 def emit_event(name: str, payload: Any = None) -> int:
