@@ -18,7 +18,7 @@ from .. import clock, conf, registry, serialization
 from ..exceptions import WaitTimeout, WorkflowFailed, WorkflowNotFound
 from ..ids import run_pk
 from ..models import WorkflowEvent, WorkflowRun
-from ..workpool import postgres, queries
+from ..workpool import listening, postgres, queries
 from ..workpool import runs as _runs
 from ..workpool.runs import create_run, subject_key
 from . import gates
@@ -296,10 +296,7 @@ class _Listening:
     def pause(self, seconds: float) -> None:
         """Sleep until this run's notification, at most `seconds` (notifications of other runs
         go on by). psycopg keeps those that came during a statement for the next notifies()."""
-        end = time.monotonic() + seconds
-        while not self.heard and (left := end - time.monotonic()) > 0:
-            for notification in self.raw.notifies(timeout=left, stop_after=1):
-                self.heard = self.heard or notification.payload == self.payload
+        self.heard = self.heard or listening.heard(self.raw, self.payload, seconds)
 
 
 def _no_worker_hint(run_queue: str, db: str) -> str:

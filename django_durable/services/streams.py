@@ -19,10 +19,8 @@ from django.db import connections
 from .. import conf, serialization
 from ..exceptions import WaitTimeout
 from ..models import Step, WorkflowRun
-from ..workpool import queries
-from ..ids import check_name
-from ..workpool.wakeups import listen_params
-from ..ids import run_pk
+from ..ids import check_name, run_pk
+from ..workpool import listening, queries
 
 POLL_SECONDS = 0.5  # between reads when no NOTIFY says more
 KEEPALIVE_SECONDS = 15.0  # an SSE comment so that proxies keep the connection
@@ -223,13 +221,6 @@ def _ended(pk, db) -> bool:
     return WorkflowRun.objects.using(db).filter(pk=pk, status__in=WorkflowRun.TERMINAL).exists()
 
 
-def _listen_params(db: str) -> dict | None:
-    """The connection parameters of a session to LISTEN on (None: no NOTIFY here, poll)."""
-    if not conf.listens(db):
-        return None
-    return listen_params(db)
-
-
 def _channels(db: str, pk, ends: bool) -> list[str]:
     """The channels to LISTEN on for run `pk`; with `ends`, its end too, which is announced once
     someone waits for it (the mark durable.wait() sets)."""
@@ -248,13 +239,8 @@ class Listener:
 
     def __enter__(self) -> Listener:
         try:
-            params = _listen_params(self.db)
-            if params is not None:
-                import psycopg
-
-                self.session = psycopg.connect(**params, autocommit=True)
-                for channel in _channels(self.db, self.pk, self.ends):
-                    self.session.execute(f"LISTEN {channel}")
+            if conf.listens(self.db):
+                self.session = listening.session(self.db, _channels(self.db, self.pk, self.ends))
         except Exception:  # noqa: BLE001 - the reads poll without it
             self.close()
         return self
@@ -263,12 +249,8 @@ class Listener:
         if self.session is None:
             time.sleep(seconds)
             return
-        deadline = time.monotonic() + seconds
         try:
-            while (left := deadline - time.monotonic()) > 0:
-                for notice in self.session.notifies(timeout=left, stop_after=1):
-                    if notice.payload == self.pk:
-                        return
+            listening.heard(self.session, self.pk, seconds)
         except Exception:  # noqa: BLE001 - a lost session: poll from now on
             self.close()
 
@@ -294,13 +276,9 @@ class AsyncListener:
         from asgiref.sync import sync_to_async
 
         try:
-            params = await sync_to_async(_listen_params)(self.db)
-            if params is not None:
-                import psycopg
-
-                self.session = await psycopg.AsyncConnection.connect(**params, autocommit=True)
-                for channel in await sync_to_async(_channels)(self.db, self.pk, True):
-                    await self.session.execute(f"LISTEN {channel}")
+            if await sync_to_async(conf.listens)(self.db):
+                channels = await sync_to_async(_channels)(self.db, self.pk, True)
+                self.session = await listening.asession(self.db, channels)
         except Exception:  # noqa: BLE001 - the looks poll without it
             await self.close()
 
@@ -310,12 +288,8 @@ class AsyncListener:
         if self.session is None:
             await asyncio.sleep(seconds)
             return
-        deadline = time.monotonic() + seconds
         try:
-            while (left := deadline - time.monotonic()) > 0:
-                async for notice in self.session.notifies(timeout=left, stop_after=1):
-                    if notice.payload == self.pk:
-                        return
+            await listening.aheard(self.session, self.pk, seconds)
         except Exception:  # noqa: BLE001 - a lost session: poll from now on
             await self.close()
 

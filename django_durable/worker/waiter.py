@@ -10,14 +10,14 @@ import time
 
 from .. import conf, workpool
 from ..humanize import one_line
-from ..workpool.wakeups import listen_params
+from ..workpool import listening
+from ..workpool.listening import KEEPALIVES  # noqa: F401 - worker.KEEPALIVES
 from .connection import Backoff
 
 logger = logging.getLogger("django_durable.worker")
 
 
 # libpq's TCP keepalives for the listening session: a dead peer is found within about 25 seconds.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 # The longest wait between two tries to listen again (while failing, the worker polls).
 LISTEN_RETRY_CAP = 10.0
 
@@ -38,20 +38,10 @@ class Waiter:
         self._backoff = Backoff(first=0.5, cap=LISTEN_RETRY_CAP)
 
     def listen(self):
-        if self.listener is not None or not conf.is_postgres(self.db):
+        if self.listener is not None or time.monotonic() < self._listen_at or not conf.listens(self.db):
             return self.listener
-        if not conf.get("LISTEN_NOTIFY") or time.monotonic() < self._listen_at:
-            return None
         try:
-            import psycopg
-
-            params = listen_params(self.db)
-            # A session that only listens sends nothing: without keepalives a host cut off from the
-            # database (or a server restarted meanwhile) would leave it waiting on a dead socket.
-            for name, value in KEEPALIVES.items():
-                params.setdefault(name, value)
-            self.listener = psycopg.connect(**params, autocommit=True)
-            self.listener.execute(f"LISTEN {workpool.NOTIFY_CHANNEL}")
+            self.listener = listening.session(self.db, [workpool.NOTIFY_CHANNEL])
         except Exception as exc:  # noqa: BLE001 - polling still works without notifications
             if not self._lost:
                 logger.warning("LISTEN failed (%s); polling until it succeeds.", one_line(exc))
