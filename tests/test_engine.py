@@ -399,9 +399,9 @@ def test_workers_prepare_their_statements_and_survive_losing_them(settings, monk
     """A pooler in transaction mode loses prepared statements; the worker goes on unprepared."""
     from django.db import connection
 
-    from django_durable.workpool import postgres
+    from django_durable.workpool import statements
 
-    monkeypatch.setattr(postgres, "_prepare", True)
+    monkeypatch.setattr(statements, "_prepare", True)
     settings.DEBUG = False
     for _ in range(3):
         durable.start("tests.trivial", n=3)
@@ -414,7 +414,7 @@ def test_workers_prepare_their_statements_and_survive_losing_them(settings, monk
     connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
     runs = [durable.start("tests.trivial", n=3) for _ in range(3)]
     drain()
-    assert postgres._prepare is False
+    assert statements._prepare is False
     assert [durable.wait(run.pk, timeout=1) for run in runs] == [3, 3, 3]
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 import django_durable as durable
-from django_durable.workpool import postgres
+from django_durable.workpool import statements
 from tests import harness
 
 pytestmark = pytest.mark.postgres
@@ -43,7 +43,7 @@ def test_a_minute_of_chaos_through_pgbouncer_breaks_no_promise():
 def test_each_connection_names_its_prepared_statements_apart():
     durable.start("tests.three_steps", x=1)  # a hot statement: the connection is set up for them
     raw = connection.connection
-    assert raw in postgres._named
+    assert raw in statements._named
     assert raw._prepared._prepared_idx >= 2**20  # not _pg3_0, _pg3_1, … as on every other connection
     connection.close()
     durable.start("tests.three_steps", x=2)

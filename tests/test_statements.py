@@ -21,6 +21,7 @@ import pytest
 import django_durable as durable
 from django_durable.journal import StepRecord
 from django_durable.workpool import postgres, runs
+from django_durable.workpool import statements as sending
 from django_durable.workpool.rows import ClaimParams, ClaimRow
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -128,8 +129,9 @@ def _statements() -> list[tuple[str, str, int]]:
         return [] if all_rows else answer
 
     statements = []
-    real, postgres.execute = postgres.execute, execute
-    real_transaction, postgres._in_transaction = postgres._in_transaction, in_transaction
+    # Every statement goes through statements.execute (postgres.py's verbs hold the name too).
+    real, postgres.execute, sending.execute = sending.execute, execute, execute
+    real_transaction, postgres.in_transaction = postgres.in_transaction, in_transaction
     try:
         for name, call in shapes:
             sent.clear()
@@ -138,7 +140,7 @@ def _statements() -> list[tuple[str, str, int]]:
                 statements.append((name if len(sent) == 1 else f"{name}, statement {position} of {len(sent)}",
                                    sql, count))
     finally:
-        postgres.execute, postgres._in_transaction = real, real_transaction
+        postgres.execute, sending.execute, postgres.in_transaction = real, real, real_transaction
     return statements
 
 
@@ -200,7 +202,7 @@ def test_a_prepared_claim_finds_the_next_item_by_its_index(queues):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_work_item")
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE durable_pick_probe AS {postgres._numbered(sql)}")
+        cursor.execute(f"PREPARE durable_pick_probe AS {sending._numbered(sql)}")
         arguments = f"({', '.join(['%s'] * len(params))})" if params else ""
         cursor.execute(f"EXPLAIN EXECUTE durable_pick_probe{arguments}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())

@@ -9,13 +9,16 @@ their ancestors. (The scheduler locks schedules, and an approval's decision its 
 - claims.py: claiming, and the fenced writes under a claim (journal, finish, release, branches);
   holds.py: the Claim they make and take;
 - backend.py: the contract of a database's hot path (Backend), which claims.py alone calls;
-  postgres.py and queries.py implement it on PostgreSQL, one statement each, named in SQL;
+  postgres.py and queries.py implement it on PostgreSQL, one statement each, named in SQL
+  (statements.py sends them: prepared, pipelined);
   sqlite.py with compare-and-set updates (its batch verbs a loop in one transaction);
 - runs.py: a run created (with its work item); endings.py: a run ended, with everything its end
   drags along; pending.py: a run back to pending with its item ready (for the services);
 - locking.py: the lock order; wakeups.py: wakes, timers and NOTIFY; reaping.py: expired claims;
 - messages.py: an event delivered to the runs waiting for it, a kept event taken by a later wait;
-- leases.py, rows.py, evidence.py: leases, the named rows, and what a retry would erase.
+- leases.py, rows.py, evidence.py: leases, the named rows, and what a retry would erase;
+- listening.py: the sessions that LISTEN, and the wait for a notification; pending.py: a run back
+  to pending with its item.
 
 Nothing in this package calls up into the engine or the services.
 """

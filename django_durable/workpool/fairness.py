@@ -41,7 +41,7 @@ from django.db import transaction
 
 from .. import clock, conf, queues
 from ..models import FairTurn, WorkItem
-from . import postgres, queries
+from . import queries, statements
 
 __all__ = ["TICK", "given", "turns", "weight"]
 
@@ -64,7 +64,7 @@ def turns(db: str, queue: str, key: str, count: int = 1) -> list[dt.datetime] | 
         return None
     if conf.is_postgres(db):  # one statement: its row lock lasts as long as the caller's transaction
         sql = queries.FAIR_TURN_ALONE.format(now=clock.now_sql("postgresql"))
-        last, used = postgres.execute(db, sql, [queue, key, count, w, queue])[0]
+        last, used = statements.execute(db, sql, [queue, key, count, w, queue])[0]
     else:
         with transaction.atomic(using=db, savepoint=False):  # a read, then a write: one transaction
             last, used = _take(db, queue, key, count, w)

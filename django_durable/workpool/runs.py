@@ -22,7 +22,7 @@ from .. import clock, conf, partitioning, queues, serialization, telemetry
 from ..databases import refuse_other_transaction
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
-from . import fairness, postgres, queries
+from . import fairness, postgres, queries, statements
 from .wakeups import notify
 
 
@@ -204,7 +204,7 @@ def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str
         if len(_start_sql) > 64:
             _start_sql.clear()
         _start_sql[key] = sql
-    return postgres.execute(db, sql, params)[0][:3]
+    return statements.execute(db, sql, params)[0][:3]
 
 
 # queries.START filled in, by its parts (runs._insert's key): the same few shapes at every start.

@@ -34,7 +34,7 @@ def main() -> None:
     from django_durable import ids, partitioning, retention, schedules
     from django_durable.exceptions import SubjectBusy
     from django_durable.models import Schedule, Step, StoredPayload, WorkflowEvent, WorkflowRun, WorkItem
-    from django_durable.workpool import postgres, queries
+    from django_durable.workpool import postgres, queries, statements
     from django_durable.workpool.rows import ClaimParams
     from tests.testapp import ledger
     from tests.testapp.models import Ticket
@@ -221,7 +221,7 @@ def main() -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         WorkItem.objects.filter(pk=item.pk).update(status="processing", claim_token=token)  # claimed, as by a claim
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute("PREPARE run_state AS " + postgres._numbered(state))
+        cursor.execute("PREPARE run_state AS " + statements._numbered(state))
         cursor.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE run_state (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                        [item.pk, token, "explain", pending.pk, "advance", "", key, key, key])
         plan = "\n".join(row[0] for row in cursor.fetchall())
