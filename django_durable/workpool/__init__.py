@@ -17,8 +17,7 @@ their ancestors. (The scheduler locks schedules, and an approval's decision its 
 - locking.py: the lock order; wakeups.py: wakes, timers and NOTIFY; reaping.py: expired claims;
 - messages.py: an event delivered to the runs waiting for it, a kept event taken by a later wait;
 - leases.py, rows.py, evidence.py: leases, the named rows, and what a retry would erase;
-- listening.py: the sessions that LISTEN, and the wait for a notification; pending.py: a run back
-  to pending with its item.
+- listening.py: the sessions that LISTEN, and the wait for a notification.
 
 Nothing in this package calls up into the engine or the services.
 """
