@@ -6,7 +6,8 @@ that lost its lease (paused, partitioned, too slow) changes nothing. Times are t
 (through locking.py), always in the workers' order: an item before its run, descendants before
 their ancestors. (The scheduler locks schedules, and an approval's decision its approval.)
 
-- claims.py: claiming, and the fenced writes under a claim (journal, finish, release, branches);
+- claiming.py: taking work (a claim of one item or several, and one given back unused);
+  claims.py: the fenced writes under a claim (journal, finish, release, branches);
   holds.py: the Claim they make and take;
 - backend.py: the contract of a database's hot path (Backend), which claims.py alone calls;
   postgres.py and queries.py implement it on PostgreSQL, one statement each, named in SQL
@@ -23,13 +24,10 @@ Nothing in this package calls up into the engine or the services.
 """
 
 from ..journal import StepRecord
+from .claiming import ClaimRequest, batches, claim, claim_many, unclaim
 from .claims import (
-    ClaimRequest,
     Outcome,
-    batches,
     check_cancel,
-    claim,
-    claim_many,
     defer_missing,
     finish_branch,
     finish_run,
@@ -42,7 +40,6 @@ from .claims import (
     renew,
     retry_branch,
     retry_run,
-    unclaim,
 )
 from .holds import Claim, Ending
 from .leases import lease_expiry, lease_seconds

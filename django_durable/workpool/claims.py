@@ -1,4 +1,4 @@
-"""A worker's claims: taking a work item, and every write made under the claim, fenced by its token.
+"""Every write a worker makes under a claim (claiming.py takes it), fenced by its token.
 
 Every write a worker makes after a claim is conditioned on the claim's token, so a worker that
 lost its lease (paused, partitioned, too slow) changes nothing. The hot path has one
@@ -13,9 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 
 from django.db import DatabaseError, connections, transaction
@@ -27,9 +25,10 @@ from ..interrupts import LeaseLost
 from ..journal import StepRecord
 from ..models import Step, Timer, WorkflowRun, WorkItem
 from . import backend, endings, evidence, locking
+from .claiming import ClaimRequest, claimed
 from .holds import Claim, Ending
-from .leases import lease_expiry, lease_seconds, valid_until
-from .rows import ClaimParams, Claimed
+from .leases import lease_expiry, valid_until
+from .rows import ClaimParams
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -61,83 +60,6 @@ class Outcome(StrEnum):
     def of(cls, value: str) -> Outcome:
         """The outcome named `value` (a run's terminal status, say), without Enum's slower call."""
         return cls._value2member_map_[value]
-
-
-@dataclass(frozen=True)
-class ClaimRequest:
-    """What a worker asks for when it claims: who it is, which queues it serves, and the items it
-    just declined for lack of their code (`avoid`: the workers that have it go first)."""
-
-    worker: str
-    queues: list[str] | None
-    avoid: tuple[int, ...] = ()
-
-
-def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, ...] = ()) -> Claim | None:
-    """Claim the next ready work item for `worker` (not one in `avoid`); return the Claim (with its run) or None."""
-    return _claimed(db, ClaimRequest(worker, queues, avoid), backend.of(db).claim)
-
-
-def batches(db: str, queues: list[str] | None) -> bool:
-    """Whether the worker claims and completes in batches here (claim_many(), finish_runs()):
-    PostgreSQL, plain tables, a worker of every queue or of one, none of them limited."""
-    return backend.of(db).batches(db, queues)
-
-
-def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int) -> list[Claim]:
-    """Claim up to `k` ready work items for `worker` at once (on PostgreSQL in one statement), each
-    with its own token and lease, as claim() would one after the other."""
-    tokens = [uuid.uuid4() for _ in range(k)]
-    started = time.monotonic()
-    rows = backend.of(db).claim_many(ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds()), tokens)
-    answered = time.monotonic()
-    return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
-
-
-def unclaim(claims: list[Claim]) -> int:
-    """Give back claims taken ahead and never started (a batch's), fenced each, as if never made:
-    each item ready again in its place (its available_at unchanged) and not counted as a
-    delivery, its run pending again. Return how many were still held."""
-    if not claims:
-        return 0
-    db = claims[0].db
-    held = 0
-    with transaction.atomic(using=db):
-        for claim in claims:
-            if claim.fence().free(Status.PENDING, attempts=F("attempts") - 1):
-                held += 1
-                WorkflowRun.objects.using(db).filter(pk=claim.run_id).back_to_pending()
-            claim.lost = True  # (it is not ours any more, whichever way)
-    return held
-
-
-def _claimed(db: str, request: ClaimRequest | None, send) -> Claim | None:
-    """Call `send` with the ClaimParams of a claim for `request` (None: no claim asked for); turn
-    the Claimed it answers into a Claim."""
-    if request is None:
-        send(None)
-        return None
-    token = uuid.uuid4()
-    started = time.monotonic()
-    row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid))
-    if row is None:
-        return None
-    return _claim_of(row, token, request.worker, db, started, time.monotonic())
-
-
-def _claim_of(row: Claimed, token, worker: str, db: str, started: float, answered: float) -> Claim:
-    """The Claim of a claim statement's `row`, sent at `started` and answered at `answered`."""
-    result = Claim(
-        item_id=row.item_id, kind=row.kind, run_id=row.run_id, step_key=row.step_key, attempts=row.attempts,
-        token=token, worker=worker, db=db, valid_until=valid_until(started),
-        # SQLite's clock is this machine's, read after the statement: exact, not a bracket.
-        db_time=row.db_now, sent_at=started if backend.of(db).CLOCK_AT_SEND else answered, db_time_at=answered,
-        run=row.run, cancel_requested=bool(row.run and row.run.cancel_requested),
-        function=row.function or "", input=row.input, group=row.group or "",
-    )
-    if faults.active:
-        faults.hit("after_claim_commit", result.step_key)
-    return result
 
 
 def record_steps(claim: Claim, records: list[StepRecord]) -> None:
@@ -282,7 +204,7 @@ def _ending(claim: Claim, then: ClaimRequest | None, end):
         outcome["value"], row = end(next_claim)
         return row
 
-    claim.next_claim = _claimed(claim.db, then, send)
+    claim.next_claim = claimed(claim.db, then, send)
     if not outcome["value"]:
         claim.lost = True
     return outcome["value"]
