@@ -9,7 +9,8 @@ their ancestors. (The scheduler locks schedules, and an approval's decision its 
 - claiming.py: taking work (a claim of one item or several, and one given back unused);
   claims.py: the fenced writes under a claim (journal, finish, release, branches);
   holds.py: the Claim they make and take;
-- backend.py: the contract of a database's hot path (Backend), which claims.py alone calls;
+- backend.py: the contract of a database's hot path (Backend), which only claiming.py and
+  claims.py call;
   postgres.py and queries.py implement it on PostgreSQL, one statement each, named in SQL
   (statements.py sends them: prepared, pipelined);
   sqlite.py with compare-and-set updates (its batch verbs a loop in one transaction);

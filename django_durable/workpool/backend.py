@@ -1,9 +1,10 @@
-"""The contract of a database's hot path: every verb the workpool's face (claims.py) calls on it.
+"""The contract of a database's hot path: every verb the workpool's face calls on it.
 
 Two modules implement it, each whole: ``postgres`` (one statement a verb, the batch verbs one
 statement for many claims) and ``sqlite`` (compare-and-set updates in an IMMEDIATE transaction;
-its batch verbs are its single verbs in a loop inside one transaction). claims.py reaches them
-only through of() below, so a verb added here is a verb every database has: the type checker
+its batch verbs are its single verbs in a loop inside one transaction). The face (claiming.py,
+claims.py) reaches them only through of() below, so a verb added here is a verb every database
+has: the type checker
 (``make test`` runs mypy on this module) holds both modules to this Protocol, and
 tests/test_contract.py runs every verb through every implementation and compares the rows.
 

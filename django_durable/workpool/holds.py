@@ -1,8 +1,8 @@
 """A worker's hold on a work item (Claim), and a completion waiting in a batch (Ending).
 
 What a claim gives the worker and every write under it carries: the item, its token and lease,
-its run's state, and the database's clock as the claim read it. claims.py makes and ends them;
-the backends (backend.Backend) take them.
+its run's state, and the database's clock as the claim read it. claiming.py makes them, claims.py
+ends them, the backends (backend.Backend) take them.
 """
 
 from __future__ import annotations
