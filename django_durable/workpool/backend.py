@@ -4,9 +4,9 @@ Two modules implement it, each whole: ``postgres`` (one statement a verb, the ba
 statement for many claims) and ``sqlite`` (compare-and-set updates in an IMMEDIATE transaction;
 its batch verbs are its single verbs in a loop inside one transaction). The face (claiming.py,
 claims.py) reaches them only through of() below, so a verb added here is a verb every database
-has: the type checker
-(``make test`` runs mypy on this module) holds both modules to this Protocol, and
-tests/test_contract.py runs every verb through every implementation and compares the rows.
+has: the type checker (``make test`` runs mypy on this module) holds both modules to this
+Protocol, and tests/test_contract.py runs every verb through every implementation and compares
+the rows.
 
 The verbs that end a claim answer (whether the fence held, or how the run ended; the worker's
 next claim when `next_claim` asked for one in the same statement, or None where a database
