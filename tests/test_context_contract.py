@@ -78,6 +78,19 @@ def test_the_shape_goes_on_past_a_stream_and_finds_the_clash_behind_it():
     assert [message.id for message in found] == ["django_durable.E011"], found
 
 
+def test_the_shape_of_a_stream_reads_in_the_cli_and_the_admin(admin_client):
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("durable", "describe", "tests.contract.streams_then_approval", stdout=out)
+    assert "write to stream tokens" in out.getvalue() and "close stream tokens" in out.getvalue(), out.getvalue()
+    page = admin_client.get("/admin/django_durable/definition/tests.contract.streams_then_approval/")
+    assert page.status_code == 200
+    assert "write to stream</strong> <code>tokens</code>" in page.content.decode()
+
+
 def test_describe_hands_out_a_copy_of_its_recording():
     first = durable.describe(streams_then_approval)
     first["shape"].clear()

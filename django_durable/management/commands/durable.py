@@ -476,6 +476,8 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
             lines.append(f"{indent}{'emit' if kind == 'emit' else 'wait for ' + kind} {node['name']}"
                          + ("" if timeout is None else " (with a timeout)" if timeout is True
                             else f" (timeout {timeout:g} s)"))
+        elif kind in ("stream", "close"):
+            lines.append(f"{indent}{'write to' if kind == 'stream' else 'close'} stream {node['name']}")
         elif kind == "switch":
             lines.append(f"{indent}switch {node['key']}:")
             for branch in node["branches"]:
