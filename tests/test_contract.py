@@ -110,3 +110,29 @@ def test_the_contracts_rows_keep_the_promises():
                 == (None, "", None, ""), (state, transition, advance)
         requeued = [item for item in expected[state]["requeue"]["rows"]["work_items"] if item["kind"] == "advance"]
         assert requeued[0]["available_at"] == "turn", requeued
+
+
+@pytest.mark.postgres
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_runs_retried_as_a_whole_end_without_the_first_attempts_error_when_workers_batch(start_worker):
+    """As reported from outside: runs that failed once as a whole and then completed, drained by
+    worker processes in batches, kept the first attempt's error (87 of 150)."""
+    import signal
+    import time
+
+    import django_durable as durable
+    from django_durable.models import WorkflowRun
+
+    ids = durable.start_many("tests.fails_once_as_a_run", [{} for _ in range(120)])
+    workers = [start_worker(burst=False, concurrency=4) for _ in range(2)]
+    runs = WorkflowRun.objects.filter(pk__in=ids)
+    deadline = time.monotonic() + 240
+    while runs.unfinished().exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait() == 0, worker.log()
+    assert set(runs.values_list("status", "attempt")) == {("completed", 2)}
+    assert not runs.filter(error__isnull=False).exists(), runs.filter(error__isnull=False).count()

@@ -931,3 +931,16 @@ async def async_awaits_io(ctx):
 
     await asyncio.sleep(0)  # I/O in the workflow's own code: refused
     return "never"
+
+
+def fails_on_the_first_run_attempt(attempt):
+    if attempt == 1:
+        raise durable.NonRetryableError("the run's first attempt fails")
+    return attempt
+
+
+@durable.workflow("tests.fails_once_as_a_run", max_attempts=2,
+                  retry=durable.RetryPolicy(max_attempts=2, initial_backoff=0.01, jitter=0))
+def fails_once_as_a_run(ctx):
+    """Fails as a whole run once (retried from its checkpoint), then completes (test_contract)."""
+    return ctx.step("flaky", fails_on_the_first_run_attempt, ctx.attempt)
