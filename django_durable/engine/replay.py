@@ -66,7 +66,7 @@ class Session:
 
     def start_child(self, child_id, definition, args, kwargs, detached: bool = False, legacy_id=None):
         """Create the child run (idempotent: its id is derived from this run and the key); return
-        its id, `legacy_id` if this run started the child under that id before (ids.legacy_child_of)."""
+        its id, `legacy_id` if this run started the child under that id before (ids.legacy_child_id)."""
         try:
             if legacy_id is not None and WorkflowRun.objects.using(self.db).filter(
                     pk=legacy_id, parent_id=self.claim.run_id).exists():
@@ -99,7 +99,7 @@ class Session:
         return None
 
     def open_approval(self, key: str, spec: dict, quorum: int, message: str, data: str, deadline) -> None:
-        """Store the approval the wait `key` asks for (services.approvals.open_approval; idempotent)."""
+        """Store the approval the wait `key` asks for (approvers.open_approval; idempotent)."""
         try:
             open_approval(self.claim.run_id, key, spec, quorum, message, data, deadline, self.db)
         except DatabaseError as exc:
