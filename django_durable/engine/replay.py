@@ -66,7 +66,7 @@ class Session:
 
     def start_child(self, child_id, definition, args, kwargs, detached: bool = False, legacy_id=None):
         """Create the child run (idempotent: its id is derived from this run and the key); return
-        its id, `legacy_id` if this run started the child under that id before (ids.legacy_child_id)."""
+        its id, `legacy_id` if this run started the child under that id before (ids.legacy_child_of)."""
         try:
             if legacy_id is not None and WorkflowRun.objects.using(self.db).filter(
                     pk=legacy_id, parent_id=self.claim.run_id).exists():
