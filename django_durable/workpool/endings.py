@@ -147,14 +147,14 @@ def send_end(ended: Ended) -> None:
 
 
 def cancel_branches(pk, db: str) -> None:
-    """The run's parallel branches not started yet never start."""
+    """The run's parallel branches not started yet never start (in SQL: queries.UNNEEDED)."""
     WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING).update(
         status=WorkItem.Status.CANCELLED
     )
 
 
 def cancel_timers(pk, db: str) -> None:
-    """The run's pending timers never fire."""
+    """The run's pending timers never fire (in SQL: queries.QUIET)."""
     timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
     if conf.is_postgres(db):
         # A timer being fired holds its lock and waits for the item we hold: skip it, it can

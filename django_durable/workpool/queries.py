@@ -247,6 +247,34 @@ WAKE = """
     RETURNING 1
 """
 
+# What every end of a run drags along, for one run or many (as WAKE): its branches not started yet
+# are cancelled, nothing will need them (the ORM's is endings.cancel_branches); its pending timers
+# are cancelled (endings.cancel_timers), SKIP LOCKED: a timer being fired right now holds its lock
+# while it waits for the item the end holds, and will only wake a finished run, which is harmless.
+# {which} names the rows: by unneeded_branches() and pending_timers(), for one run or, a run at a
+# time, for each of the batch's.
+UNNEEDED = """
+    UPDATE durable_work_item AS o SET status = 'cancelled'
+    WHERE {which}
+    RETURNING 1
+"""
+QUIET = """
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id {which}
+    RETURNING 1
+"""
+
+
+def unneeded_branches(alias: str, run: str) -> str:
+    """The condition on work item `alias` of a branch of run `run` (SQL) not started yet."""
+    return f"{alias}.run_id = {run} AND {alias}.kind = 'step' AND {alias}.status = 'pending'"
+
+
+def pending_timers(run: str) -> str:
+    """The pending timers of run `run` (SQL), locked, those being fired skipped."""
+    return f"SELECT t.id FROM durable_timer AS t WHERE t.run_id = {run} AND t.status = 'pending' FOR UPDATE SKIP LOCKED"
+
+
 # -- claiming and ending in batches -----------------------------------------------------------------
 # With a backlog, a worker claims several items in one statement and ends the runs it completed
 # in one statement (worker/process.py says when). Each item keeps its own token (the i-th of the
@@ -304,24 +332,13 @@ done AS (
 -- Each run's lookups by its id, one run at a time (LATERAL, kept apart by OFFSET 0): an equality
 -- the planner takes through the index, as FINISH_RUN's; `= ANY` of all the runs, or the lateral
 -- merged into a join, it planned as a walk of every pending item.
-unneeded AS (
-    UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.id = ANY(ARRAY(
+unneeded AS (""" + UNNEEDED.format(which="""o.id = ANY(ARRAY(
         SELECT b.id FROM fence AS f, LATERAL (
-            SELECT x.id FROM durable_work_item AS x
-            WHERE x.run_id = f.run_id AND x.kind = 'step' AND x.status = 'pending' OFFSET 0) AS b))
-    RETURNING 1
-),
+            SELECT x.id FROM durable_work_item AS x WHERE """ + unneeded_branches("x", "f.run_id") + """ OFFSET 0) AS b))""") + """),
 parent AS (""" + WAKE.format(runs="= ANY(ARRAY(SELECT parent_id FROM done WHERE parent_id IS NOT NULL))",
                              when="", now="{now}") + """),
-quiet AS (
-    UPDATE durable_timer SET status = 'cancelled'
-    WHERE id = ANY(ARRAY(
-        SELECT q.id FROM fence AS f, LATERAL (
-            SELECT t.id FROM durable_timer AS t
-            WHERE t.run_id = f.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED) AS q))
-    RETURNING 1
-)
+quiet AS (""" + QUIET.format(which="""= ANY(ARRAY(
+        SELECT q.id FROM fence AS f, LATERAL (""" + pending_timers("f.run_id") + """) AS q))""") + """)
 SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT JOIN done AS d ON d.id = f.run_id),
        (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1),
        (SELECT count(pg_notify('durable_done', id::text)) FROM done WHERE awaited)"""
@@ -440,19 +457,10 @@ done AS (
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Its branches not started yet will never be needed.
-unneeded AS (
-    UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
-    RETURNING 1
-),
+unneeded AS (""" + UNNEEDED.format(which=unneeded_branches("o", "(SELECT run_id FROM fence)")) + """),
 -- A child's end wakes its parent, which may be waiting for it.
 parent AS (""" + WAKE.format(runs="= (SELECT parent_id FROM done)", when="", now="{now}") + """),
-quiet AS (
-    UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t
-                 WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
-    RETURNING 1
-)"""
+quiet AS (""" + QUIET.format(which="IN (" + pending_timers("(SELECT run_id FROM fence)") + ")") + """)"""
 # The run's status; a NOTIFY for idle workers if its parent was woken; and its end announced to
 # a durable.wait() that marked it (`awaited`), only then: a NOTIFY serializes commits.
 FINISH_RUN_OUTCOMES = ("(SELECT status FROM done)",
