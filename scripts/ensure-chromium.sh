@@ -11,7 +11,5 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
   exit 0
 fi
 echo "Installing chromium and chromium-driver for the browser test..."
-export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 \
-  || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; } \
+"$(dirname "$0")/apt-install.sh" chromium chromium-driver >/dev/null 2>&1 \
   || echo "Could not install chromium; the browser test will not pass." >&2

@@ -28,7 +28,7 @@ start)
   if [ -z "$bindir" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       echo "PostgreSQL is missing: installing it with apt-get" >&2
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2
+      "$(dirname "$0")/apt-install.sh" postgresql
       for candidate in /usr/lib/postgresql/*/bin; do bindir=$candidate; done
     else
       echo "PostgreSQL (initdb, pg_ctl) is not installed" >&2

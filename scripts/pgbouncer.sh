@@ -24,9 +24,7 @@ start)
   if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       echo "PgBouncer is missing: installing it with apt-get" >&2
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >&2 \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >&2; } \
-        || { echo "could not install pgbouncer" >&2; exit 1; }
+      "$(dirname "$0")/apt-install.sh" pgbouncer || { echo "could not install pgbouncer" >&2; exit 1; }
     else
       echo "PgBouncer is not installed (apt-get install pgbouncer)" >&2
       exit 1

@@ -56,11 +56,9 @@ def ensure_installed() -> None:
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise Skip("pg_auto_failover is not installed (apt-get install postgresql-15-auto-failover)")
     print("failover: installing postgresql-15-auto-failover with apt-get", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "postgresql-15-auto-failover"]
-    if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=900)
-        subprocess.run(install, env=env, capture_output=True, timeout=900, check=True)
+    # scripts/apt-install.sh waits for the package manager's lock (another apt at boot), bounded.
+    subprocess.run([str(ROOT / "scripts" / "apt-install.sh"), "postgresql-15-auto-failover"],
+                   capture_output=True, timeout=1800, check=True)
 
 
 class Formation:
