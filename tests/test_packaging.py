@@ -36,7 +36,30 @@ def test_the_wheel_holds_the_package_its_migrations_and_commands(wheel):
     assert "django_durable/migrations/0001_initial.py" in names
     assert "django_durable/management/commands/durable_worker.py" in names
     assert "django_durable/engine/replay.py" in names
+    assert "django_durable/templates/admin/django_durable/includes/shape.html" in names
+    assert "django_durable/py.typed" in names  # the API's annotations are for type checkers
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), sorted(names)[-8:]
     assert not any(name.startswith(("tests/", "example_project/")) for name in names)
+
+
+def test_the_sdist_and_the_wheel_pass_the_index_strict_metadata_check(tmp_path):
+    """What the package index would say: both built from the checkout, their metadata (the README
+    as the long description, the license) checked strictly by twine; the sdist carries the license
+    and the changelog."""
+    import tarfile
+
+    run([sys.executable, "-m", "build", "--outdir", str(tmp_path), str(ROOT)])
+    built = sorted(tmp_path.glob("django_durable_workflows-*"), key=lambda path: path.suffix)
+    assert [path.suffix for path in built] == [".gz", ".whl"], built
+    out = run([sys.executable, "-m", "twine", "check", "--strict", *map(str, built)])
+    assert out.count("PASSED") == 2, out
+    metadata = zipfile.ZipFile(built[1]).read(next(
+        name for name in zipfile.ZipFile(built[1]).namelist() if name.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: BSD-3-Clause" in metadata and "License-File: LICENSE" in metadata
+    assert "Classifier: Typing :: Typed" in metadata
+    with tarfile.open(built[0]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert {"LICENSE", "CHANGELOG.md", "README.md", "django_durable/py.typed"} <= names, sorted(names)[:20]
 
 
 def test_the_wheel_installs_and_runs_a_workflow_in_a_fresh_environment(wheel, tmp_path):
