@@ -290,7 +290,17 @@ def get(name_or_fn: str | Callable) -> WorkflowDefinition:
     except (KeyError, TypeError):
         shown = repr(name_or_fn)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise WorkflowNotFound(f"No workflow is registered under the name {shown}.") from None
+        raise WorkflowNotFound(f"No workflow is registered under the name {shown}.{closest(name_or_fn)}") from None
+
+
+def closest(name) -> str:
+    """" Did you mean 'x'?" for the registered name closest to `name`, or nothing."""
+    import difflib
+
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name[:200], list(_registry), n=1, cutoff=0.75)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def names() -> list[str]:

@@ -171,3 +171,23 @@ def test_a_queue_nobody_serves_is_said_so(ops, caplog):
     page.login(username="ops", password="a-long-password")
     overview = page.get("/admin/django_durable/overview/").content.decode()
     assert overview.count("no worker serves this queue") == 1 and "--queues deafult" in overview
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unknown_workflow_name_suggests_the_closest_registered_one(admin_client):
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(durable.WorkflowNotFound, match=r"Did you mean 'tests\.three_steps'\?"):
+        durable.start("tests.three_step")
+    answer = admin_client.post("/api/durable/workflows/", {"workflow": "tests.three_step"},
+                               content_type="application/json")
+    assert answer.status_code == 400 and "Did you mean 'tests.three_steps'?" in answer.content.decode()
+    assert b"tests.three_step'" not in answer.content.replace(b"tests.three_steps'", b"")  # the name is not echoed
+    with pytest.raises(CommandError, match=r"Did you mean 'tests\.three_steps'\?"):
+        call_command("durable", "start", "tests.three_step", stdout=io.StringIO())
+    with pytest.raises(durable.WorkflowNotFound) as nothing_close:
+        durable.start("zzz")
+    assert "Did you mean" not in str(nothing_close.value)

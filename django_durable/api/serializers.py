@@ -244,7 +244,9 @@ class StartSerializer(StrictSerializer):
     def validate_workflow(self, value):
         # Only names in the registry: nothing is imported, and the refused name is not echoed.
         if registry.find(value) is None:
-            raise serializers.ValidationError("No workflow is registered under this name.", code="unknown_workflow")
+            # The suggestion names a registered workflow, never the refused name.
+            raise serializers.ValidationError(f"No workflow is registered under this name.{registry.closest(value)}",
+                                              code="unknown_workflow")
         return value
 
     def validate(self, data):
