@@ -331,7 +331,10 @@ def fork(run_id, *, from_step: str, by: str | None = None) -> WorkflowRun:
     entries = list(Step.objects.using(db).filter(run_id=source.pk).order_by("seq"))
     cut = next((entry for entry in entries if entry.key == from_step), None)
     if cut is None:
-        raise StepNotFound(f"Run {source.pk} has no step {from_step!r} in its journal.")
+        keys = [entry.key for entry in entries if entry.kind not in (Step.Kind.LOG, Step.Kind.PROGRESS)]
+        shown = ", ".join(map(repr, keys[:20])) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        raise StepNotFound(f"Run {source.pk} has no step {str(from_step)[:100]!r} in its journal"
+                           + (f"; its keys are {shown}." if keys else ", which is empty."))
     branches = dict(WorkItem.objects.using(db).filter(run_id=source.pk, kind=WorkItem.Kind.STEP)
                     .values_list("step_key", "group"))
     if cut.key in branches:
