@@ -165,6 +165,13 @@ def _to_json(value: Any, where: str, depth: int) -> Any:
         return str(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return int(value)
+    if hasattr(value, "_meta") and hasattr(value, "pk"):  # a model instance: its row may change before a step runs
+        raise NotSerializable(
+            f"{where} is a {kind.__module__}.{kind.__qualname__} (a model instance), which cannot be stored: pass its "
+            f"primary key "
+            f"({kind.__qualname__.lower()}_id={value.pk!r}) and read the row in the step, or start the run with "
+            f"subject={kind.__qualname__.lower()} to tie the run to the row."
+        )
     raise NotSerializable(
         f"{where} is of type {kind.__module__}.{kind.__qualname__}, which cannot be stored: use "
         f"JSON types (dict, list, str, int, float, bool, None) or datetime, date, time, "

@@ -161,3 +161,13 @@ def test_error_parts_never_gives_the_traceback():
     assert serialization.error_parts(error) == {"type": "KeyError", "message": "'order'"}
     assert serialization.error_parts("not json", limit=3) == {"type": "", "message": "not"}
     assert serialization.error_parts(None) is None
+
+
+@pytest.mark.django_db
+def test_a_model_instance_as_an_argument_is_refused_with_its_pk_and_subject_suggested():
+    import django_durable as durable
+    from tests.testapp.models import Ticket
+
+    ticket = Ticket.objects.create(title="printer")
+    with pytest.raises(durable.NotSerializable, match=rf"ticket_id={ticket.pk!r}.*subject=ticket"):
+        durable.start("tests.echo", ticket)
