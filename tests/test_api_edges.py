@@ -126,3 +126,10 @@ def test_a_body_that_is_not_json_is_a_415_the_error_table_names(curl, ops):
     assert response.status_code == 415 and error_of(response)["code"] == "unsupported_media_type"
     table = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
     assert "| 415 | `unsupported_media_type`" in table
+
+
+def test_an_unknown_run_id_is_a_404_that_names_the_id(admin_client):
+    missing = "01900000-0000-7000-8000-000000000000"
+    answer = admin_client.get(f"/api/durable/workflows/{missing}/")
+    assert answer.status_code == 404
+    assert answer.json()["error"]["message"] == f"No workflow run has the id {missing}."

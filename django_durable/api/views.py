@@ -195,6 +195,16 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
     def get_queryset(self):
         return scoped(self.request, WorkflowRun.objects.using(conf.get("DATABASE")).all())
 
+    def get_object(self):
+        """The run of the URL; a 404 names the id, as a malformed one's does (a run out of the
+        caller's scope answers the same: it is not theirs to know of)."""
+        from django.http import Http404
+
+        try:
+            return super().get_object()
+        except Http404:
+            raise exceptions.NotFound(f"No workflow run has the id {self.kwargs.get(self.lookup_field, '')}.") from None
+
     def represent(self, run, code=status.HTTP_200_OK, *, include_steps=False) -> Response:
         context = {"payloads": can_see_payloads(self.request), "include_steps": include_steps}
         return Response(RunSerializer(run, context=context).data, status=code)
