@@ -133,3 +133,18 @@ def test_an_unknown_run_id_is_a_404_that_names_the_id(admin_client):
     answer = admin_client.get(f"/api/durable/workflows/{missing}/")
     assert answer.status_code == 404
     assert answer.json()["error"]["message"] == f"No workflow run has the id {missing}."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_takes_its_reason_from_a_json_body_too(admin_client):
+    import django_durable as durable
+    from django_durable.models import WorkflowRun
+
+    run = durable.start("tests.approval")
+    answer = admin_client.delete(f"/api/durable/workflows/{run.pk}/", {"reason": "the customer called"},
+                                 content_type="application/json")
+    assert answer.status_code == 202, answer.content
+    assert "the customer called" in WorkflowRun.objects.get(pk=run.pk).error
+    other = durable.start("tests.approval")
+    refused = admin_client.delete(f"/api/durable/workflows/{other.pk}/", {"why": "x"}, content_type="application/json")
+    assert refused.status_code == 400 and "?reason=" in refused.content.decode()

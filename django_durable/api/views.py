@@ -266,9 +266,15 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
     @document(parameters=[OpenApiParameter("reason", OpenApiTypes.STR)],
                    responses={202: RunSerializer, **errors_for(404, 409, 429)})
     def destroy(self, request, pk=None):
-        """Cancel the run (and its unfinished children). Again on a cancelled run: 202. A run that ended otherwise: 409."""
+        """Cancel the run (and its unfinished children), the reason as ?reason= or a JSON body's
+        "reason". Again on a cancelled run: 202. A run that ended otherwise: 409."""
         run = self.get_object()
-        reason = (request.query_params.get("reason") or "")[:500] or None
+        body = request.data if isinstance(request.data, dict) else {}
+        unknown = sorted(set(body) - {"reason"})
+        if unknown or not isinstance(body.get("reason", ""), str):
+            raise exceptions.ValidationError({"reason": [
+                f"A cancel takes only a reason, a string, as ?reason= or in a JSON body; not {', '.join(unknown) or 'that'}."]})
+        reason = (request.query_params.get("reason") or body.get("reason") or "")[:500] or None
         return self.represent(services.cancel(run.pk, reason, by=self.by()), status.HTTP_202_ACCEPTED)
 
     @document(request=SignalSerializer, examples=[OpenApiExample(
