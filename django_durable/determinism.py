@@ -47,7 +47,8 @@ def nondeterministic_calls(fn) -> list[tuple[str, str]]:
     function = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
     if function is None:
         return []
-    namespace = {**vars(builtins), **getattr(fn, "__globals__", {})}
+    own = inspect.unwrap(fn)  # a decorated function's names are its own module's
+    namespace = {**vars(builtins), **getattr(own, "__globals__", {}), **_local_imports(function)}
     found = []
     for node in _own_nodes(function):
         if isinstance(node, ast.Call):
@@ -55,6 +56,27 @@ def nondeterministic_calls(fn) -> list[tuple[str, str]]:
             if dotted and _nondeterministic(_resolve(dotted, namespace)):
                 found.append((dotted, f"{filename}:{first_line + node.lineno - 1}"))
     return found
+
+
+def _local_imports(function) -> dict:
+    """The names the function's own body imports (``import datetime`` inside it), bound as it would
+    bind them; a module that does not import is left out."""
+    import importlib
+
+    bound = {}
+    for node in _own_nodes(function):
+        try:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    bound[alias.asname or top] = importlib.import_module(alias.name if alias.asname else top)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    bound[alias.asname or alias.name] = getattr(module, alias.name, None)
+        except Exception:  # noqa: BLE001 - what the check cannot import, it does not judge
+            continue
+    return bound
 
 
 def _own_nodes(function):

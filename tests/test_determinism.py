@@ -61,3 +61,17 @@ def test_the_system_check_warns_for_registered_workflows():
 
 def test_the_project_workflows_pass_the_check():
     assert checks.check_workflow_determinism() == []
+
+
+def imports_its_own(ctx):
+    import datetime as clock_module
+    from time import time as now_seconds
+
+    import datetime
+
+    return datetime.datetime.now(), clock_module.date.today(), now_seconds()
+
+
+def test_a_module_imported_inside_the_workflow_is_seen_too():
+    assert sorted(call for call, _ in nondeterministic_calls(imports_its_own)) == [
+        "clock_module.date.today", "datetime.datetime.now", "now_seconds"]
