@@ -169,3 +169,17 @@ def test_the_exit_codes_reach_the_shell(worker_env):
     assert WorkflowRun.objects.get(pk=run_id).status == "cancelled"
     assert run("retry", "00000000-0000-4000-8000-000000000000").returncode == 3
     assert run("start", "tests.three_steps", "--kwargs", "[").returncode == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_counts_steps_apart_from_the_other_journal_entries():
+    from tests.test_context_contract import streams_then_approval
+
+    run = durable.start(streams_then_approval, question="a b c d")
+    drain()
+    out = io.StringIO()
+    call_command("durable", "status", str(run.pk), stdout=out)
+    text = out.getvalue()
+    # (This workflow's approval clashes with its step on purpose: the run fails there.)
+    assert "steps: 2 completed" in text, text  # the answer and the refund
+    assert "other journal entries: 5 stream values" in text, text  # four tokens and the close

@@ -21,6 +21,7 @@ import re
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count
 
 from django_durable import catalog, conf, schedules, serialization, services, stats
 from django_durable.exceptions import (
@@ -451,8 +452,10 @@ class Command(BaseCommand):
             self.stdout.write(f"result: {serialization.dumps(data['result'])}")
         if data.get("error"):
             self.stdout.write(f"error: {data['error']['type']}: {data['error']['message']}")
-        counts = ", ".join(f"{n} {status}" for status, n in data["step_counts"].items())
-        self.stdout.write(f"steps: {counts or 'none yet'}")
+        steps, others = _entry_counts(run)
+        self.stdout.write(f"steps: {', '.join(f'{n} {status}' for status, n in steps.items()) or 'none yet'}")
+        if others:  # stream values, waits, notes, ...: journal entries that are not steps, named apart
+            self.stdout.write("other journal entries: " + ", ".join(f"{n} {kind}" for kind, n in others.items()))
         for step in data.get("steps", []):
             self.stdout.write(f"  {step['seq']:>4} {step['key']:<30} {step['kind']:<8} {step['status']:<9} "
                               f"attempts {step['attempts']}")
@@ -497,6 +500,27 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
         else:
             lines.append(f"{indent}{kind} {node.get('key', '')}".rstrip())
     return lines
+
+
+# The journal entries that are steps (code that ran); the others are waits, values and markers.
+_STEP_KINDS = {"step", "child", "parallel", "rollback", "emit"}
+_PLURALS = {"note": "recorded values", "sleep": "sleeps", "signal": "signal waits", "event": "event waits",
+            "switch": "switches", "log": "notes", "patch": "code change markers", "approval": "approval waits",
+            "stream": "stream values"}
+
+
+def _entry_counts(run: WorkflowRun) -> tuple[dict, dict]:
+    """({status: n} of the run's steps, {kind of entry: n} of its other journal entries), one query."""
+    steps: dict = {}
+    others: dict = {}
+    rows = run.steps.exclude(kind="progress").order_by().values_list("kind", "status").annotate(n=Count("pk"))
+    for kind, status, n in rows:
+        if kind in _STEP_KINDS:
+            steps[status] = steps.get(status, 0) + n
+        else:
+            name = _PLURALS.get(kind, kind)
+            others[name] = others.get(name, 0) + n
+    return steps, others
 
 
 def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
