@@ -1,7 +1,6 @@
 """The README and docs/ speak to users about the product: no page reads as the project's
-development log (its own issue numbers, what a session or a commit did). History belongs in the
-commit messages and bench/RESULTS.md. Another project's issue ("django-tasks' issue 46") is a fact
-about that project and may be cited."""
+development log (issue numbers, what a session or a commit did). History belongs in the commit
+messages and bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import re
 
 from tests.conftest import ROOT
 
-LOG = re.compile(r"(?<!'s )(?<!its )\bissue #?\d+|\b(this|the next|the last|an earlier) session\b"
+LOG = re.compile(r"\bissue #?\d+|\b(this|the next|the last|an earlier) session\b"
                  r"|\bthe commit before\b", re.IGNORECASE)
 
 
