@@ -17,7 +17,7 @@ import django_durable as durable
 from django_durable import workpool
 from django_durable.engine.replay import advance
 from django_durable.models import WorkflowRun, WorkItem
-from django_durable.workpool import postgres
+from django_durable.workpool import postgres, statements
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -79,7 +79,7 @@ def test_a_signal_that_commits_while_a_claim_is_under_way_is_not_lost(slow_claim
 
 
 def test_a_batch_claim_notices_it_too(monkeypatch):
-    real = postgres.in_transaction
+    real = statements.in_transaction
 
     def slow(db, prelude, sql, params, **kwargs):  # the batch's claim sleeps before it reads the ready items
         return real(db, prelude, slowed(sql), params, **kwargs)
@@ -87,11 +87,11 @@ def test_a_batch_claim_notices_it_too(monkeypatch):
     run = durable.start("tests.two_signals")
     advance(workpool.claim(worker="w", queues=None, db="default"))  # waits for "go"
     durable.signal(run.pk, "go", 0)
-    monkeypatch.setattr(postgres, "in_transaction", slow)
+    monkeypatch.setattr(statements, "in_transaction", slow)
     sender = signal_during(run.pk, 0.3)
     claims = workpool.claim_many(worker="w", queues=None, db="default", k=4)
     sender.join(timeout=30)
-    monkeypatch.setattr(postgres, "in_transaction", real)
+    monkeypatch.setattr(statements, "in_transaction", real)
     assert [c.run_id for c in claims] == [run.pk]
     advance(claims[0])
     assert WorkItem.objects.get(run_id=run.pk).status == "pending"

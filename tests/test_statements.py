@@ -129,9 +129,9 @@ def _statements() -> list[tuple[str, str, int]]:
         return [] if all_rows else answer
 
     statements = []
-    # Every statement goes through statements.execute (postgres.py's verbs hold the name too).
-    real, postgres.execute, sending.execute = sending.execute, execute, execute
-    real_transaction, postgres.in_transaction = postgres.in_transaction, in_transaction
+    # Every statement goes through statements.execute or statements.in_transaction.
+    real, sending.execute = sending.execute, execute
+    real_transaction, sending.in_transaction = sending.in_transaction, in_transaction
     try:
         for name, call in shapes:
             sent.clear()
@@ -140,7 +140,7 @@ def _statements() -> list[tuple[str, str, int]]:
                 statements.append((name if len(sent) == 1 else f"{name}, statement {position} of {len(sent)}",
                                    sql, count))
     finally:
-        postgres.execute, sending.execute, postgres.in_transaction = real, real, real_transaction
+        sending.execute, sending.in_transaction = real, real_transaction
     return statements
 
 

@@ -20,10 +20,9 @@ from .. import clock, partitioning
 from .. import queues as durable_queues
 from ..journal import STEP_COLUMNS, UPSERT, UPSERT_PARTITIONED
 from ..models import WorkflowRun, WorkItem
-from . import queries
+from . import queries, statements
 from .endings import UNCHANGED
 from .rows import Child, ClaimParams, Claimed, ClaimRow, Entry, Message, RunColumns
-from .statements import execute, in_transaction
 
 if TYPE_CHECKING:
     from ..journal import StepRecord
@@ -193,8 +192,8 @@ def _execute_claim(db: str, sql: str, params, turns: list[str]):
     """execute() a statement that claims, after taking the `turns` of the limited queues it claims
     from (queries.QUEUE_TURN) in the same transaction, when there are any (_in_transaction)."""
     if not turns:
-        return execute(db, sql, params)
-    return in_transaction(db, [(queries.QUEUE_TURN, [turns])], sql, params)
+        return statements.execute(db, sql, params)
+    return statements.in_transaction(db, [(queries.QUEUE_TURN, [turns])], sql, params)
 
 
 def _claimed(row: tuple | None, params: ClaimParams) -> Claimed | None:
@@ -261,7 +260,7 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
                                             snapshot_moved=queries.SNAPSHOT_MOVED), list(pick_params))
     sql, pick_params = sql
     values = [*pick_params, list(tokens), params.worker, params.lease, params.worker]
-    rows = in_transaction(db, [_INDEXED], sql, values, all_rows=True)
+    rows = statements.in_transaction(db, [_INDEXED], sql, values, all_rows=True)
     return [(claimed, row[-1]) for row in rows if (claimed := ClaimRow._make(row[:-1]).claimed()) is not None]
 
 
@@ -284,7 +283,7 @@ def finish_runs(endings: list[Ending]) -> dict[int, str]:
     sql = _fill(queries.FINISH_RUNS, steps=steps)
     params = [[e.claim.item_id for e in endings], [e.claim.token for e in endings], [e.result for e in endings],
               *step_params]
-    ended = in_transaction(db, [_INDEXED], sql, params)[0][0] or []
+    ended = statements.in_transaction(db, [_INDEXED], sql, params)[0][0] or []
     return {item_id: status or UNCHANGED for item_id, status in ended}
 
 
@@ -296,7 +295,7 @@ def run_state(db: str, claimed: ClaimRow, token, worker: str) -> RunColumns | No
     sql = _run_state_sql.get(key)
     if sql is None:
         sql = _run_state_sql[key] = _fill(queries.RUN_STATE, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
-    row, count = execute(db, sql, [claimed.item_id, token, worker[:200], claimed.run_id, claimed.kind,
+    row, count = statements.execute(db, sql, [claimed.item_id, token, worker[:200], claimed.run_id, claimed.kind,
                                    claimed.step_key, id_time, id_time, id_time])
     return RunColumns._make(row) if count else None
 
@@ -323,7 +322,7 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> tuple[int, bool]:
     rows, params = _values(claim, records)
     consumed_sql, consumed_params = _consumed(records)
     sql = _fill(queries.RECORD_STEPS, consumed=consumed_sql, columns=_COLUMN_NAMES, rows=rows)
-    written, cancel_requested = execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params,
+    written, cancel_requested = statements.execute(claim.db, sql, [claim.item_id, claim.token, *consumed_params,
                                                         *_journal_key(claim.run_id), *params, claim.run_id,
                                                         *given_run(claim.run_id)])[0]
     return written, bool(cancel_requested)
@@ -394,7 +393,7 @@ def _with_claim(claim, sql, params, outcomes, next_claim: ClaimParams | None,
     """
     db = claim.db
     if next_claim is None:
-        fence, outcome, *_ = execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
+        fence, outcome, *_ = statements.execute(db, queries.ENDED.format(ctes=sql, outcomes=", ".join(outcomes)), params)[0]
         return fence == 1, outcome, None
     ctes, select, claim_params, turns = _claim_parts(next_claim, exclude=exclude, ending=claim.item_id)
     statement = queries.ENDED_AND_CLAIMED.format(ctes=sql, outcomes=", ".join(outcomes),
