@@ -44,3 +44,4 @@ def test_an_install_waits_for_the_package_managers_lock():
     holder.join(timeout=30)
     assert done.returncode == 0, done.stderr
     assert finished >= released["at"], "the install went ahead while another apt held the lock"
+

@@ -10,6 +10,7 @@ transaction as their fence, in claims.py and reaping.py.
 from __future__ import annotations
 
 from ..models import WorkflowRun, WorkItem
+from .runs import advance_item
 
 
 def back_to_pending(run_id, *, db: str, from_statuses=None, waiting_on: str = "", taken: bool = False,
@@ -30,8 +31,6 @@ def back_to_pending(run_id, *, db: str, from_statuses=None, waiting_on: str = ""
     if not changed and held_only:
         return 0
     if not changed:
-        from .runs import advance_item
-
         advance_item(WorkflowRun.objects.using(db).get(pk=run_id)).save(using=db, force_insert=True)
     WorkflowRun.objects.using(db).filter(pk=run_id).back_to_pending(from_statuses=from_statuses,
                                                                     waiting_on=waiting_on, **fields)

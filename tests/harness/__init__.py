@@ -81,24 +81,13 @@ def _exit_on_sigterm() -> None:
 
     def kill_groups():
         for process in groups:
-            if process.poll() is None or _group_alive(process.pid):
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # the group has ended
 
     subprocess.Popen.__init__ = recording
     atexit.register(kill_groups)
-
-
-def _group_alive(pgid: int) -> bool:
-    import os
-
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 _exit_on_sigterm()
