@@ -48,7 +48,8 @@ def test_a_front_end_starts_polls_signals_and_cancels(live_server, start_worker,
         assert http.delete(f"/workflows/{doomed}/").status_code == 202  # again: still fine
         assert http.get("/workflows/not-a-uuid/").status_code == 404
         anonymous = httpx.get(f"{live_server.url}/api/durable/workflows/")
-        assert anonymous.status_code in (401, 403) and anonymous.json()["error"]["code"] == "not_authenticated"
+        assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "not_authenticated"
+        assert anonymous.headers["WWW-Authenticate"] == 'Basic realm="api"'  # DRF's defaults: a session, then Basic
     assert worker.running(), worker.log()
 
 

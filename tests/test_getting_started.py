@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -197,6 +198,18 @@ def test_a_new_user_follows_the_page_to_a_completed_workflow_seen_in_the_admin_a
         answer = json.load(urllib.request.urlopen(urllib.request.Request(
             f"{base}/api/durable/workflows/{first_id}/", headers=auth), timeout=30))
         assert (answer["workflow"], answer["status"], answer["result"]["order"]) == ("shop.checkout", "completed", 1)
+        try:  # a stranger is asked to authenticate, as HTTP says (401 with a challenge), not refused
+            urllib.request.urlopen(f"{base}/api/durable/workflows/{first_id}/", timeout=30)
+            raise AssertionError("the API answered a stranger")
+        except urllib.error.HTTPError as refused:
+            assert refused.code == 401 and refused.headers["WWW-Authenticate"].startswith("Basic"), refused.headers
+
+        # The health probe the README and the production page name, where they name it.
+        try:
+            health = urllib.request.urlopen(f"{base}/durable/health/?probe=ready", timeout=30)
+        except urllib.error.HTTPError as unhealthy:
+            health = unhealthy
+        assert health.headers["Content-Type"] == "application/json" and json.load(health)["probe"] == "ready"
     finally:
         project.close()
 

@@ -120,9 +120,13 @@ def test_the_endpoint_answers_503_and_tells_details_only_to_those_who_may_see_ru
     a_worker()
     assert client.get("/durable/health/").status_code == 200
     assert client.get("/durable/health/?probe=live").status_code == 200
-    assert client.get("/durable/health/?probe=sideways").status_code == 400
-    assert client.get("/durable/health/?max_lag=soon").status_code == 400
-    assert client.post("/durable/health/").status_code == 405
+    # Errors in the REST API's shape.
+    sideways = client.get("/durable/health/?probe=sideways")
+    assert sideways.status_code == 400
+    assert sideways.json() == {"error": {"code": "invalid", "message": "probe is one of all, ready, live."}}
+    assert client.get("/durable/health/?max_lag=soon").json()["error"]["code"] == "invalid"
+    posted = client.post("/durable/health/")
+    assert posted.status_code == 405 and posted.json()["error"]["code"] == "method_not_allowed"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -89,10 +89,11 @@ def test_a_visitor_clicks_through_the_shop(browser, demo):  # noqa: F811 (the fi
     assert browser.find_element(By.ID, "checkout").get_attribute("data-source") == "stream"
     seen = set()
 
-    def watched():
+    def watched():  # the end first: once the page has it, it has every step the stream sent before it
+        end = ended(browser)
         text = browser.find_element(By.ID, "checkout").text if browser.find_elements(By.ID, "checkout") else ""
         seen.update(re.findall(r"(reserve|charge|ship|receipt): (completed|running)", text))
-        return ended(browser)
+        return end
 
     assert wait_for(watched, timeout=60, interval=0.25, message="the checkout to end") == "completed"
     assert {("reserve", "completed"), ("charge", "completed"), ("ship", "completed"),
