@@ -340,3 +340,47 @@ def test_the_example_refund_approval_waits_for_a_person(django_user_model):
     assert run_of(forgotten).get_result() == {"refunded": False, "reason": "nobody decided within two days"}
     assert Order.objects.get(pk=approved_order.pk).status == "refunded"
     assert Order.objects.get(pk=rejected_order.pk).status == "new"
+
+@durable.workflow("tests.waits.answered")
+def answered(ctx):
+    two_days = dt.timedelta(days=2)
+    got = [ctx.wait_for_signal("a", timeout=two_days)]
+    update = ctx.wait_for_update("u", timeout=two_days)
+    update.answer("taken")
+    got.append(update.payload)
+    got.append(ctx.wait_for_event("e", {"n": 1}, timeout=two_days))
+    got.append(ctx.wait_for_approval("ok", approvers="auth.change_user", timeout=two_days)["approved"])
+    got.append(ctx.wait_for_signal("last", timeout=dt.timedelta(minutes=5)))
+    return got
+
+
+def pending_timers(run) -> list[str]:
+    return sorted(Timer.objects.filter(run_id=run.pk, status="pending").values_list("step_key", flat=True))
+
+
+def test_a_wait_answered_before_its_timeout_leaves_no_timer_behind(admin_user):
+    from django_durable.services import updates
+
+    with clock() as test_clock:
+        run = durable.start(answered)
+        drain()
+        assert pending_timers(run) == ["signal:a:0"]
+        durable.signal(run.pk, "a", 1)
+        drain()
+        assert pending_timers(run) == ["update:u:0"]
+        updates.send(run.pk, "u", 2)
+        drain()
+        assert pending_timers(run) == ["event:e:0"]
+        durable.emit_event("e", {"n": 1})
+        drain()
+        assert pending_timers(run) == ["ok"]
+        durable.decide(run.pk, "ok", admin_user, approve=True)
+        drain()
+        # Only the live wait's timer: the run list shows when it times out, not a dead one's.
+        assert pending_timers(run) == ["signal:last:0"]
+        assert Timer.objects.filter(run_id=run.pk, status="cancelled").count() == 4
+
+        test_clock.advance(days=3)  # past every answered wait's timeout: none fires
+        assert drain() == 1
+    assert run_of(run).status == "failed" and "No signal 'last'" in run_of(run).get_error()["message"]
+    assert Timer.objects.filter(run_id=run.pk, status="fired").count() == 1

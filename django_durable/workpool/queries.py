@@ -383,12 +383,23 @@ SELECT (SELECT count(*) FROM written),
        (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s{given_partition})
     """
 
-# Mark consumed the signals and events the entries take, (id, key) rows, only if the fence held.
+# Mark consumed the signals and events the entries take, (id, key) rows, only if the fence held;
+# the timeouts of the waits they answer never fire (SKIP LOCKED, as QUIET: a timeout being fired
+# right now can only wake the run, which finds its wait answered). The ORM's is sqlite._consume.
 CONSUMED = """,
 consumed AS (
     UPDATE durable_signal AS m SET consumed_at = {now}, consumed_by = c.key
     FROM fence, (VALUES {rows}) AS c (id, key)
     WHERE m.id = c.id AND m.consumed_at IS NULL
+    RETURNING m.run_id, c.key
+),
+answered AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id = ANY(ARRAY(
+        SELECT t.id FROM durable_timer AS t
+        WHERE t.run_id = ANY(ARRAY(SELECT run_id FROM consumed)) AND t.step_key = ANY(ARRAY(SELECT key FROM consumed))
+          AND t.kind = 'signal_timeout' AND t.status = 'pending'
+        FOR UPDATE SKIP LOCKED))
     RETURNING 1
 )"""
 

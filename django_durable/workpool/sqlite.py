@@ -175,11 +175,15 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> tuple[int, bool]:
 
 
 def _consume(claim, records) -> None:
+    """Mark consumed the messages the entries take; the timeouts of the waits they answer never
+    fire (in SQL: queries.CONSUMED)."""
     for record in records:
         if record.consumes is not None:
-            SignalMessage.objects.using(claim.db).filter(id=record.consumes, consumed_at__isnull=True).update(
-                consumed_at=clock.db_now(), consumed_by=record.key
-            )
+            if SignalMessage.objects.using(claim.db).filter(id=record.consumes, consumed_at__isnull=True).update(
+                    consumed_at=clock.db_now(), consumed_by=record.key):
+                Timer.objects.using(claim.db).filter(
+                    run_id=claim.run_id, step_key=record.key, kind=Timer.Kind.SIGNAL_TIMEOUT,
+                    status=Timer.Status.PENDING).update(status=Timer.Status.CANCELLED)
 
 
 def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:

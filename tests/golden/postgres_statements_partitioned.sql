@@ -64,6 +64,15 @@ consumed AS (
     UPDATE durable_signal AS m SET consumed_at = statement_timestamp(), consumed_by = c.key
     FROM fence, (VALUES (%s::bigint, %s::varchar)) AS c (id, key)
     WHERE m.id = c.id AND m.consumed_at IS NULL
+    RETURNING m.run_id, c.key
+),
+answered AS (
+    UPDATE durable_timer SET status = 'cancelled'
+    WHERE id = ANY(ARRAY(
+        SELECT t.id FROM durable_timer AS t
+        WHERE t.run_id = ANY(ARRAY(SELECT run_id FROM consumed)) AND t.step_key = ANY(ARRAY(SELECT key FROM consumed))
+          AND t.kind = 'signal_timeout' AND t.status = 'pending'
+        FOR UPDATE SKIP LOCKED))
     RETURNING 1
 ),
 written AS (

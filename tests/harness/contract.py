@@ -78,6 +78,8 @@ def _state(name: str, times: _Times):
     WorkItem.objects.create(kind="step", run=run, step_key="fan:1", group="fan", function="tests.contract.branch",
                             input="{}", queue=QUEUE, status="pending", available_at=times.at("tomorrow"))
     Timer.objects.create(kind="sleep", run=run, step_key="nap", fire_at=times.at("in an hour"))
+    # The timeout of the wait the message answers ("b" consumes it): ended with the consumption.
+    Timer.objects.create(kind="signal_timeout", run=run, step_key="b", fire_at=times.at("in an hour"))
     partition = partitioning.entry_fields(run.pk, "default")  # where the journal is partitioned
     Step.objects.create(**partition, run=run, key="a", seq=1, kind="step", name="tests.contract.a", status="completed",
                         result="1", attempts=1, started_at=times.at("step started"),
