@@ -27,7 +27,7 @@ def figure(table, name):
 
 @pytest.mark.timeout(900)
 def test_a_minute_of_chaos_breaks_no_promise():
-    result = soak("--duration", "60", "--db-faults", timeout=840)
+    result = soak("--duration", "60", "--min-runs", "100", "--db-faults", timeout=840)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     table = result.stdout
     assert "RESULT: ok (0 violation(s))" in table

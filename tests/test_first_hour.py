@@ -233,6 +233,31 @@ def test_a_wait_that_times_out_with_no_live_worker_says_so():
     assert "worker" not in str(timed_out.value)
 
 
+NO_WORKER = "No worker is running: start one with `python manage.py durable_worker`."
+
+
+def test_a_start_and_a_wait_over_http_and_the_command_line_say_no_worker_is_running(api):
+    from django.utils import timezone
+
+    from django_durable.models import Worker
+
+    started = api.post(f"{API}workflows/", {"workflow": "tests.three_steps", "kwargs": {"x": 1}}, format="json")
+    assert started.status_code == 201 and started.json()["warning"] == NO_WORKER
+    waited = api.get(f"{API}workflows/{started.json()['id']}/result/?wait=0.1")
+    assert waited.status_code == 202 and waited.json()["warning"] == NO_WORKER
+    with pytest.raises(CommandError) as timed_out:
+        call_command("durable", "start", "tests.three_steps", "--kwargs", '{"x": 2}', "--wait", "0.1",
+                     stdout=io.StringIO(), stderr=io.StringIO())
+    assert str(timed_out.value).endswith(f"did not finish within 0.1 s. {NO_WORKER}")
+
+    Worker.objects.create(name="w", host="h", pid=1, started_at=timezone.now(), last_seen=timezone.now())
+    started = api.post(f"{API}workflows/", {"workflow": "tests.three_steps", "kwargs": {"x": 3}}, format="json")
+    assert started.json()["warning"] is None
+    assert api.get(f"{API}workflows/{started.json()['id']}/result/").json()["warning"] is None
+    drain()
+    assert api.get(f"{API}workflows/{started.json()['id']}/result/").json()["warning"] is None
+
+
 def test_schedules_are_synced_under_one_command_name():
     from django.core.management import get_commands
 

@@ -32,7 +32,7 @@ def test_signals_an_atomic_step_a_cancel_and_one_run_at_a_time_through_pgbouncer
 @pytest.mark.processes
 @pytest.mark.timeout(900)
 def test_a_minute_of_chaos_through_pgbouncer_breaks_no_promise():
-    done = harness.run("chaos", "--duration", "60", "--pooler", timeout=840)
+    done = harness.run("chaos", "--duration", "60", "--min-runs", "100", "--pooler", timeout=840)
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "RESULT: ok (0 violation(s))" in done.stdout
     started = int(re.search(r"^\| runs started \| (\d+) \|$", done.stdout, re.M).group(1))

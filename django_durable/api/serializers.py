@@ -116,8 +116,9 @@ class RunSerializer(RunSummarySerializer):
         return bool(self.context.get("payloads"))
 
     @extend_schema_field({"type": "string", "nullable": True, "description": (
-        "On a start: set when no live worker serves the queue given and neither DURABLE_QUEUES nor a "
-        "workflow names it (most likely a typo); the run is stored all the same. Otherwise null.")})
+        "On a start, and on result/ while the run has not finished: set when no live worker serves the run's "
+        "queue ('No worker is running: ...'), or the queue given is one neither DURABLE_QUEUES nor a "
+        "workflow names (most likely a typo); the run is stored all the same. Otherwise null.")})
     def get_warning(self, run):
         return getattr(run, "warning", None)
 

@@ -320,6 +320,8 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 1.5, 1.0)
             run.refresh_from_db()
+        if not run.is_finished:
+            run.warning = services.no_worker(run.queue)
         return self.represent(run, status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED)
 
     @document(request=None, responses={202: RunSerializer, **errors_for(404, 409)})

@@ -133,6 +133,8 @@ def start_run(
             if getattr(run, "created_now", True):
                 WorkflowEvent.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
     warning = unknown_queue(queue)
+    if warning is None and by is not None and not run.is_finished:
+        warning = no_worker(run.queue)  # a person started it (the API, the command line, the admin)
     if warning:
         run.warning = warning  # shown by the REST API and the command line
         logger.warning("Run %s of %s: %s", run.pk, definition.name, warning)
@@ -234,8 +236,9 @@ def _wait(pk, db, deadline, timeout, *, look, pause, first) -> Any:
         if status in WorkflowRun.TERMINAL:
             raise WorkflowFailed(pk, status, serialization.decode(error))
         if deadline is not None and time.monotonic() >= deadline:
+            hint = no_worker(queue, db)
             raise WaitTimeout(f"Workflow run {pk} did not finish within {timeout} seconds; it is {status}."
-                              + _no_worker_hint(queue, db), run_id=pk)
+                              + (f" {hint}" if hint else ""), run_id=pk)
         pause(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 1.5, LONGEST_PAUSE)
 
@@ -299,18 +302,21 @@ class _Listening:
         self.heard = self.heard or listening.heard(self.raw, self.payload, seconds)
 
 
-def _no_worker_hint(run_queue: str, db: str) -> str:
-    """Why a wait may be in vain: no live worker serves the run's queue (the commonest first-hour surprise)."""
+def no_worker(run_queue: str, db: str | None = None) -> str | None:
+    """Why a wait may be in vain, or None: no live worker serves the run's queue (the commonest
+    first-hour surprise). The one sentence wait(), `durable start --wait`, the REST start and
+    result/?wait= say."""
     from ..models import Worker
     from ..stats import live_workers_since
 
-    live = Worker.objects.using(db).filter(stopped_at__isnull=True, last_seen__gte=live_workers_since())
+    live = Worker.objects.using(db or conf.get("DATABASE")).filter(stopped_at__isnull=True,
+                                                                  last_seen__gte=live_workers_since())
     queues = list(live.values_list("queues", flat=True)[:100])
     if any(not served or run_queue in served.split(",") for served in queues):
-        return ""
+        return None
     if not queues:
-        return " No worker is running: start one with `python manage.py durable_worker`."
-    return f" No live worker serves its queue {run_queue!r}: start one with `durable_worker --queues {run_queue}`."
+        return "No worker is running: start one with `python manage.py durable_worker`."
+    return f"No live worker serves its queue {run_queue!r}: start one with `durable_worker --queues {run_queue}`."
 
 
 def start_and_wait(workflow: str | Callable, /, *args: Any, timeout: float | None = None, return_run: bool = False,

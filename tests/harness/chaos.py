@@ -56,6 +56,8 @@ def main(argv=None) -> int:
                         help="also inject random database errors (1%%) in one supervisor's workers (T17)")
     parser.add_argument("--no-faults", action="store_true", help="no kills, restarts or pauses (with --break)")
     parser.add_argument("--break", dest="breaks", default="", help=f"damage on purpose: {', '.join(BREAKS)}")
+    parser.add_argument("--min-runs", type=int, default=0,
+                        help="go on past --duration until this many runs started (a slow machine starts fewer)")
     parser.add_argument("--drain-timeout", type=float, default=300)
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--pooler", action="store_true",
@@ -226,7 +228,7 @@ class Soak:
         for thread in threads:
             thread.start()
         deadline = started + self.options.duration
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or len(self.runs) < self.options.min_runs:
             time.sleep(0.5)
             if any(s.poll() is not None for s in self.supervisors):
                 raise SoakError("a worker supervisor exited during the soak")

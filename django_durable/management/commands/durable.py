@@ -197,7 +197,9 @@ class Command(BaseCommand):
             services.wait(run.pk, timeout=wait)
         except WaitTimeout:
             self._print_run(services.get_run(run.pk), json)
-            raise CommandError(f"Run {run.pk} did not finish within {wait:g} s.", returncode=TIMED_OUT) from None
+            hint = services.no_worker(run.queue)
+            raise CommandError(f"Run {run.pk} did not finish within {wait:g} s." + (f" {hint}" if hint else ""),
+                               returncode=TIMED_OUT) from None
         except WorkflowFailed:
             self._print_run(services.get_run(run.pk), json)
             raise CommandError(f"Run {run.pk} ended {services.get_run(run.pk).status}.", returncode=REFUSED) from None
