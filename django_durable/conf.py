@@ -98,8 +98,9 @@ DEFAULTS: dict[str, Any] = {
     # "key_concurrency": 1, "rate_limit": "10/s"}}. A queue not named has none (queues.py).
     "QUEUES": {},
     # `manage.py check --deploy` replays the journals of the runs in flight against the code
-    # installed now and reports those it would break (django_durable.E010). It reads the database.
-    "CHECK_REPLAY": False,
+    # installed now and reports those it would break (django_durable.E010). It reads the
+    # database; False skips it.
+    "CHECK_REPLAY": True,
     # Which database alias holds the durable tables.
     "DATABASE": "default",
     # Named fault points for the fault tests ("point=action;point=action"); off in production.

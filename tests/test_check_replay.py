@@ -105,9 +105,32 @@ def test_the_command_and_the_deploy_check_fail_when_a_run_would_break(settings):
     assert "20 run(s) checked, 10 would not replay on this code." in out.getvalue()
     from django.core import checks
 
-    settings.DURABLE_CHECK_REPLAY = True
+    # With the default settings, as the deploy step in the docs runs it.
+    assert not hasattr(settings, "DURABLE_CHECK_REPLAY")
     errors = [e for e in checks.run_checks(include_deployment_checks=True, tags=["durable"])
               if e.id == "django_durable.E010"]
     assert len(errors) == 10
+    assert not [e for e in checks.run_checks(tags=["durable"]) if e.id == "django_durable.E010"]  # not without --deploy
+    settings.DURABLE_CHECK_REPLAY = False
+    assert not [e for e in checks.run_checks(include_deployment_checks=True, tags=["durable"])
+                if e.id == "django_durable.E010"]
+    del settings.DURABLE_CHECK_REPLAY
     version["code"] = "v1"
     call_command("durable", "check_replay", "--workflow", "tests.replaycheck.order", stdout=io.StringIO())
+
+
+def test_the_deploy_check_warns_when_it_cannot_read_the_database(monkeypatch):
+    from django.core import checks
+    from django.db import OperationalError
+
+    from django_durable import replaycheck
+
+    def unreachable(**kwargs):
+        raise OperationalError('connection to server at "db" (10.0.0.5), port 5432 failed: timeout expired')
+        yield
+
+    monkeypatch.setattr(replaycheck, "check_replay", unreachable)
+    (warning,) = [e for e in checks.run_checks(include_deployment_checks=True, tags=["durable"])
+                  if e.id.startswith("django_durable.") and e.id != "django_durable.W005"]
+    assert warning.id == "django_durable.W006" and "were not replayed" in warning.msg
+    assert "port 5432 failed" in warning.msg
