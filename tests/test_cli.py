@@ -183,3 +183,23 @@ def test_status_counts_steps_apart_from_the_other_journal_entries():
     # (This workflow's approval clashes with its step on purpose: the run fails there.)
     assert "steps: 2 completed" in text, text  # the answer and the refund
     assert "other journal entries: 5 stream values" in text, text  # four tokens and the close
+
+
+def test_a_cancelled_run_shows_its_open_entries_stopped_on_the_command_line_and_over_http(admin_user):
+    from rest_framework.test import APIClient
+
+    run = durable.start("tests.retry_after_backoff", backoff=3600)
+    drain()
+    assert "steps: 1 retrying" in durable_cli("status", str(run.pk))
+    durable.cancel(run.pk, "no longer needed")
+    assert Step.objects.get(run=run).status == "retrying"  # the journal keeps it as it was (a retry resumes it)
+
+    text = durable_cli("status", str(run.pk), "--steps")
+    assert "retrying" not in text and "steps: 1 stopped" in text, text
+    data = json.loads(durable_cli("status", str(run.pk), "--steps", "--json"))
+    assert data["step_counts"] == {"stopped": 1} and data["steps"][0]["status"] == "stopped"
+
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    shown = api.get(f"/api/durable/workflows/{run.pk}/?include=steps").json()
+    assert shown["steps"] == {"stopped": 1} and shown["journal"][0]["status"] == "stopped"

@@ -357,8 +357,7 @@ class WorkflowRunAdmin(DurableAdmin):
             step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
             # In a finished run nothing waits or runs any more: a step left so is shown stopped, and
             # only a failed step may be skipped (the run then goes again from there).
-            step.stopped = run.is_finished and step.kind != Step.Kind.PROGRESS and step.status in (
-                Step.Status.RUNNING, Step.Status.WAITING, Step.Status.RETRYING)
+            step.stopped = Step.shown_status(step.status, step.kind, run.is_finished) == Step.STOPPED
             said = step.kind in (Step.Kind.LOG, Step.Kind.PROGRESS)  # nothing to skip or edit
             step.can_skip = not said and step.kind != Step.Kind.PARALLEL and (
                 step.status == Step.Status.FAILED if run.is_finished else step.status != Step.Status.COMPLETED)

@@ -81,9 +81,11 @@ class DurableRunsInline(GenericTabularInline):
     @admin.display(description="latest steps")
     def timeline(self, obj):
         steps = list(Step.objects.filter(run=obj).exclude(kind__in=["note", "log", "progress"])
-                     .order_by("-seq").values_list("key", "status")[:RECENT_STEPS])[::-1]
+                     .order_by("-seq").values_list("key", "kind", "status")[:RECENT_STEPS])[::-1]
+        shown = [(key, Step.shown_status(status, kind, obj.is_finished)) for key, kind, status in steps]
         return format_html_join(" ", '<span class="durable-badge durable-{}" title="{}">{}</span>',
-                                ((status, status, key[:24]) for key, status in steps))
+                                (("cancelled" if status == Step.STOPPED else status, status, key[:24])
+                                 for key, status in shown))
 
 
 class DurableSubjectAdmin:

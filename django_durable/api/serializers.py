@@ -37,7 +37,7 @@ class StepSerializer(serializers.Serializer):
     seq = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=Step.Kind.choices)
     name = serializers.CharField()
-    status = serializers.ChoiceField(choices=Step.Status.choices)
+    status = serializers.ChoiceField(choices=[*Step.Status.choices, (Step.STOPPED, "Stopped (the run ended first)")])
     attempts = serializers.IntegerField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
@@ -184,7 +184,8 @@ class RunSerializer(RunSummarySerializer):
         rows = []
         for step in run.steps.order_by("seq")[:JOURNAL_LIMIT]:
             rows.append({
-                "key": step.key, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
+                "key": step.key, "seq": step.seq, "kind": step.kind, "name": step.name,
+                "status": Step.shown_status(step.status, step.kind, run.is_finished),
                 "attempts": step.attempts, "started_at": step.started_at, "finished_at": step.finished_at,
                 "result": serialization.display(step.result) if payloads else None,
                 "error": serialization.error_parts(step.error, limit=ERROR_MESSAGE_CHARS) if payloads else None,

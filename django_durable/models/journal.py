@@ -38,6 +38,17 @@ class Step(models.Model):
         FAILED = "failed", "Failed"
 
     FINAL = frozenset({Status.COMPLETED, Status.FAILED})
+    OPEN = frozenset({Status.RUNNING, Status.WAITING, Status.RETRYING})
+    # Shown, never stored: an entry left running, waiting or retrying when its run ended (cancelled,
+    # failed, timed out). Nothing waits or runs any more; a retry of the run picks it up as it was.
+    STOPPED = "stopped"
+
+    @classmethod
+    def shown_status(cls, status: str, kind: str, run_finished: bool) -> str:
+        """The entry's status as people read it: STOPPED for an open entry of a finished run."""
+        if run_finished and status in cls.OPEN and kind != cls.Kind.PROGRESS:
+            return cls.STOPPED
+        return status
 
     # No index of its own: the unique (run, key) serves every lookup by run, and one index fewer is
     # one write fewer per checkpoint.

@@ -365,9 +365,14 @@ class WorkflowRun(models.Model):
         return match.group(1), max(0, total - remaining), total
 
     def step_counts(self) -> dict[str, int]:
-        """How many of its journal entries have each status, in one query (its progress is not one)."""
-        return dict(self.steps.exclude(kind=Step.Kind.PROGRESS).order_by().values_list("status")
-                    .annotate(n=models.Count("pk")))
+        """How many of its journal entries have each status as shown (Step.shown_status: those a
+        finished run left open are "stopped"), in one query (its progress is not one)."""
+        counts: dict[str, int] = {}
+        for status, n in (self.steps.exclude(kind=Step.Kind.PROGRESS).order_by().values_list("status")
+                          .annotate(n=models.Count("pk"))):
+            shown = Step.shown_status(status, Step.Kind.STEP, self.is_finished)
+            counts[shown] = counts.get(shown, 0) + n
+        return counts
 
     def progress(self) -> dict | None:
         """What ``ctx.set_progress()`` last set and committed, {"done", "total", "message"}; while

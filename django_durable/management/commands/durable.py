@@ -39,7 +39,7 @@ from django_durable.exceptions import (
     WorkflowNotFound,
 )
 from django_durable.humanize import duration, relative, short_id
-from django_durable.models import Schedule, WorkflowRun
+from django_durable.models import Schedule, Step, WorkflowRun
 
 REFUSED, BAD_INPUT, NOT_FOUND, TIMED_OUT = 1, 2, 3, 4
 UNHEALTHY = 1  # durable health: a check failed (a probe's failure)
@@ -518,6 +518,7 @@ def _entry_counts(run: WorkflowRun) -> tuple[dict, dict]:
     rows = run.steps.exclude(kind="progress").order_by().values_list("kind", "status").annotate(n=Count("pk"))
     for kind, status, n in rows:
         if kind in _STEP_KINDS:
+            status = Step.shown_status(status, kind, run.is_finished)
             steps[status] = steps.get(status, 0) + n
         else:
             name = _PLURALS.get(kind, kind)
@@ -537,7 +538,8 @@ def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
         data["step_counts"] = run.step_counts()
     if steps:
         data["steps"] = [
-            {"seq": s.seq, "key": s.key, "kind": s.kind, "status": s.status, "attempts": s.attempts}
+            {"seq": s.seq, "key": s.key, "kind": s.kind, "status": Step.shown_status(s.status, s.kind, run.is_finished),
+             "attempts": s.attempts}
             for s in run.steps.order_by("seq")
         ]
     return data
