@@ -154,6 +154,8 @@ def test_the_admin_reads_right_at_1400_pixels(browser, live_server, django_user_
         workflow="publishing.approve_and_publish_the_page_after_legal_review_and_translation", status="waiting",
         waiting_on="approval 'legal-review-of-page-1234567890-and-all-of-its-translations'",
         queue="publishing_with_a_long_queue_name", input='{"args": [], "kwargs": {}}')
+    task = "example_project.orders.tasks.send_email"  # a django.tasks task's run is named by its path
+    WorkflowRun.objects.create(workflow=task, status="pending", input='{"args": [], "kwargs": {}}')
     _login(browser, live_server, django_user_model)
     browser.set_window_size(1400, 900)
     inner = browser.execute_script("return window.innerWidth")
@@ -187,6 +189,15 @@ def test_the_admin_reads_right_at_1400_pixels(browser, live_server, django_user_
         right = browser.execute_script("return arguments[0].getBoundingClientRect().right;", cell)
         assert right <= min(box[2], inner) + 1, (right, box)
     assert "insufficient funds" in browser.find_element(By.ID, "result_list").text
+    # A dotted name reads in at most two lines, broken after a dot, never inside a word.
+    lines = browser.execute_script("""
+        return [...document.querySelectorAll('#result_list td.field-workflow_name .durable-name')].map(name => {
+          const range = document.createRange(); range.selectNodeContents(name);
+          const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+          return [name.textContent, tops.size, name.innerText.split('\\n')];
+        });""")
+    named = {text: count for text, count, _ in lines}
+    assert named[task] <= 2, lines
     shot = browser.get_screenshot_as_png()
     assert _png_size(shot)[0] == inner
     screenshot(browser, "run-list.png")

@@ -339,7 +339,7 @@ def test_the_example_refund_approval_waits_for_a_person(django_user_model):
     assert run_of(rejected).get_result() == {"refunded": False, "reason": "rejected by bob"}
     assert run_of(forgotten).get_result() == {"refunded": False, "reason": "nobody decided within two days"}
     assert Order.objects.get(pk=approved_order.pk).status == "refunded"
-    assert Order.objects.get(pk=rejected_order.pk).status == "new"
+    assert Order.objects.get(pk=rejected_order.pk).status == "shipped"  # as it was
 
 @durable.workflow("tests.waits.answered")
 def answered(ctx):
@@ -384,3 +384,23 @@ def test_a_wait_answered_before_its_timeout_leaves_no_timer_behind(admin_user):
         assert drain() == 1
     assert run_of(run).status == "failed" and "No signal 'last'" in run_of(run).get_error()["message"]
     assert Timer.objects.filter(run_id=run.pk, status="fired").count() == 1
+
+
+def test_the_examples_ask_a_refund_only_of_a_shipped_order_and_a_new_one_asks_nobody():
+    import io
+
+    from django.core.management import call_command
+
+    from django_durable.models import Approval
+    from example_project.orders.models import Order
+
+    call_command("start_examples", stdout=io.StringIO())
+    drain()
+    (asked,) = Approval.objects.all()
+    assert Order.objects.get(pk=asked.run.get_input()["kwargs"]["order_id"]).status == "shipped"
+
+    never_shipped = Order.objects.create(customer="Nobody", total="5.00")
+    run = durable.start("orders.approve_refund", order_id=never_shipped.pk, amount="5.00")
+    drain()
+    assert run_of(run).get_result() == {"refunded": False, "reason": f"order {never_shipped.pk} is new, not shipped"}
+    assert Approval.objects.count() == 1

@@ -146,7 +146,7 @@ class WorkflowRunAdmin(DurableAdmin):
     @admin.display(description="workflow", ordering="workflow")
     def workflow_name(self, run):
         """The name, breakable after each dot and underscore: a long one must not widen the list past the window."""
-        return display.breakable(run.workflow)
+        return format_html('<span class="durable-name">{}</span>', display.breakable(run.workflow))
 
     @admin.display(description="run", ordering="id")
     def short_id(self, run):

@@ -14,7 +14,7 @@ from .tasks import send_email
 def load_order(order_id):
     order = Order.objects.get(pk=order_id)
     return {"id": order.pk, "customer": order.customer, "total": order.total, "product": order.product,
-            "quantity": order.quantity, "card": order.card}
+            "quantity": order.quantity, "card": order.card, "status": order.status}
 
 
 def pack(order):
@@ -68,6 +68,8 @@ def refund(order_id, amount):
 def approve_refund(ctx: durable.Context, order_id: int, amount: str) -> dict:
     """Wait for a person allowed to approve refunds to decide (the RFC's "wait for user confirmation")."""
     order = ctx.step("load", load_order, order_id)
+    if order["status"] != "shipped":  # nothing was paid for and sent: nobody is asked
+        return {"refunded": False, "reason": f"order {order_id} is {order['status']}, not shipped"}
     try:
         decision = ctx.wait_for_approval(
             "approval", approvers="orders.approve_refund", timeout=timedelta(days=2),
@@ -83,7 +85,8 @@ def approve_refund(ctx: durable.Context, order_id: int, amount: str) -> dict:
 
 
 def create_demo_order(customer: str, total: str) -> Order:
-    return Order.objects.create(customer=customer, total=Decimal(total))
+    """An order paid for and shipped some time ago: one a refund may be asked for."""
+    return Order.objects.create(customer=customer, total=Decimal(total), status="shipped")
 
 
 # -- the shop's checkout: a saga, with a receipt as a child workflow ------------------------------
