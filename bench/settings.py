@@ -50,6 +50,8 @@ TEMPLATES = [
 ]
 STATIC_URL = "static/"
 DATABASES = {"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # bench/headline.py: as getting started sets it up
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
 DURABLE_PREPARED_STATEMENTS = os.environ.get("DURABLE_PREPARED_STATEMENTS", "1") == "1"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DURABLE_POLL_INTERVAL = float(os.environ.get("DURABLE_POLL_INTERVAL", 1.0))
