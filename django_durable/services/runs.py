@@ -133,11 +133,11 @@ def start_run(
             if getattr(run, "created_now", True):
                 WorkflowEvent.record(run.pk, WorkflowEvent.Type.STARTED, by=by, db=db)
     warning = unknown_queue(queue)
-    if warning is None and by is not None and not run.is_finished:
-        warning = no_worker(run.queue)  # a person started it (the API, the command line, the admin)
     if warning:
         run.warning = warning  # shown by the REST API and the command line
         logger.warning("Run %s of %s: %s", run.pk, definition.name, warning)
+    elif by is not None and not run.is_finished:
+        run.warning = no_worker(run.queue)  # said to the person who started it (API, command line, admin)
     return run
 
 
