@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import inspect
+import logging
 import uuid
 from dataclasses import dataclass
 
@@ -39,7 +40,8 @@ try:  # Django 6
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
+    from django.tasks.signals import logger as _tasks_logger
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus
     from django_tasks.backends.base import BaseTaskBackend
@@ -47,7 +49,8 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.base import TaskError
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
+    from django_tasks.signals import logger as _tasks_logger
 
 __all__ = ["DurableBackend", "DurableTask"]
 
@@ -113,21 +116,23 @@ class _Call:
 
     def __call__(self, ctx, *args, **kwargs):
         task, session = self.task, ctx._session
-        backend = task.get_backend()
         claim = session.claim
-        earlier = _attempts(ctx.run_id, max(ctx.attempt, claim.attempts))  # a retry's, or a lost worker's
-        workers = [attempt["worker"] for attempt in earlier] + [claim.worker]
-        running = TaskResult(
-            task=task, id=str(ctx.run_id), status=TaskResultStatus.RUNNING, enqueued_at=None,
-            started_at=claim.db_time, finished_at=None, last_attempted_at=claim.db_time, args=list(args),
-            kwargs=dict(kwargs), backend=backend.alias, errors=[], worker_ids=workers,
-        )
-        if len(_running) > 1000:  # attempts that ended in a retry, never finished here
-            _running.clear()
-        _running[str(ctx.run_id)] = running
-        task_started.send(type(backend), task_result=running)
-        if task.takes_context:
-            args = (TaskContext(task_result=running), *args)
+        if task.takes_context or heard(task_started, log_task_started, logging.INFO) \
+                or heard(task_finished, log_task_finished, logging.INFO):
+            backend = task.get_backend()
+            earlier = _attempts(ctx.run_id, max(ctx.attempt, claim.attempts))  # a retry's, or a lost worker's
+            workers = [attempt["worker"] for attempt in earlier] + [claim.worker]
+            running = TaskResult(
+                task=task, id=str(ctx.run_id), status=TaskResultStatus.RUNNING, enqueued_at=None,
+                started_at=claim.db_time, finished_at=None, last_attempted_at=claim.db_time, args=list(args),
+                kwargs=dict(kwargs), backend=backend.alias, errors=[], worker_ids=workers,
+            )
+            if len(_running) > 1000:  # attempts that ended in a retry, never finished here
+                _running.clear()
+            _running[str(ctx.run_id)] = running
+            task_started.send(type(backend), task_result=running)
+            if task.takes_context:
+                args = (TaskContext(task_result=running), *args)
         timeout = getattr(task, "timeout", None)
         deadline = session.now() + dt.timedelta(seconds=timeout) if timeout else None
         try:
@@ -318,11 +323,23 @@ registry.add_finder(load)  # a worker finds a task whose module nothing imported
 _running: dict[str, TaskResult] = {}  # by run id: the attempt this worker process runs now
 
 
+def heard(signal, own, level: int) -> bool:
+    """Whether sending `signal` reaches anyone: a receiver besides django.tasks' own logging one
+    (`own`), or that one with its logger enabled at `level`. A worker builds the TaskResults of
+    task_started and task_finished only then: for nobody they were a third of what a task cost it
+    beyond its call."""
+    if any(lookup[0] != id(own) for lookup, *_ in signal.receivers):
+        return True
+    return _tasks_logger.isEnabledFor(level)
+
+
 def _finished(call: _Call, run_id, *, succeeded: bool, result=None, error=None) -> None:
     """task_finished, once a task's run has ended (after its end was committed)."""
     task = call.task
-    backend = task.get_backend()
     running = _running.pop(str(run_id), None)
+    if not heard(task_finished, log_task_finished, logging.INFO if succeeded else logging.ERROR):
+        return
+    backend = task.get_backend()
     if running is None:  # ended outside an attempt of this process (cancelled before it ran): read it
         run = WorkflowRun.objects.using(conf.get("DATABASE")).filter(pk=run_id).first()
         if run is not None:

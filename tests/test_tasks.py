@@ -274,6 +274,59 @@ def test_the_signals_are_sent_with_the_result():
     assert {sender for _, sender, _ in seen} == {DurableBackend}
 
 
+def test_a_worker_builds_task_results_only_for_someone_who_listens(monkeypatch, caplog):
+    import logging
+
+    from django_durable import tasks as backend
+
+    built = []
+    original = backend.TaskResult
+
+    def counted(*args, **kwargs):
+        built.append(kwargs["status"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "TaskResult", counted)
+    tasks_logger = backend._tasks_logger
+    level = tasks_logger.level
+    try:
+        tasks_logger.setLevel(logging.WARNING)  # django.tasks' own receivers would log nothing
+        test_tasks.meaning_of_life.enqueue()  # (the result enqueue() returns is built, of course)
+        built.clear()
+        drain()
+        assert built == []
+        result = test_tasks.fails.enqueue()
+        drain()  # a failure is logged at ERROR: its result is read and sent
+        assert WorkflowRun.objects.get(pk=result.id).status == "failed"
+
+        built.clear()
+        tasks_logger.setLevel(logging.INFO)  # now Django's log lines need the results
+        with caplog.at_level(logging.INFO, logger=tasks_logger.name):
+            done = test_tasks.meaning_of_life.enqueue()
+            built.clear()
+            drain()
+        assert built == [TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL]
+        assert f"Task id={done.id} " in caplog.text and "state=SUCCESSFUL" in caplog.text
+
+        built.clear()
+        tasks_logger.setLevel(logging.WARNING)
+        seen = []
+
+        def receiver(sender, task_result, **kwargs):
+            seen.append(task_result.status)
+
+        task_finished.connect(receiver)
+        try:
+            test_tasks.meaning_of_life.enqueue()
+            built.clear()
+            drain()
+        finally:
+            task_finished.disconnect(receiver)
+        assert seen == [TaskResultStatus.SUCCESSFUL] and built == [TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL]
+    finally:
+        tasks_logger.setLevel(level)
+
+
 def test_a_cancelled_task_ends_failed_and_never_runs():
     key = str(uuid.uuid4())
     result = test_tasks.record.enqueue(key)
