@@ -9,7 +9,7 @@ from django.db import connections
 from . import conf
 
 
-@register()
+@register("durable")
 def check_settings(app_configs=None, **kwargs):
     errors = []
     if not settings.USE_TZ:
@@ -158,7 +158,7 @@ def _check_queues():
     return []
 
 
-@register(Tags.database)
+@register(Tags.database, "durable")
 def check_sqlite_journal(app_configs=None, databases=None, **kwargs):
     alias = conf.get("DATABASE")
     if not databases or alias not in databases or connections[alias].vendor != "sqlite":
@@ -175,7 +175,7 @@ def check_sqlite_journal(app_configs=None, databases=None, **kwargs):
     return []
 
 
-@register()
+@register("durable")
 def check_workflow_determinism(app_configs=None, **kwargs):
     """Warn about calls in workflow bodies that give a different value on every replay."""
     from . import determinism, registry
@@ -193,7 +193,7 @@ def check_workflow_determinism(app_configs=None, **kwargs):
     ]
 
 
-@register()
+@register("durable")
 def check_workflow_shapes(app_configs=None, **kwargs):
     """What a run would fail on, found in each workflow's shape (durable.describe()) before any run
     starts: a key two calls take, approvers naming a permission no model declares. An error where

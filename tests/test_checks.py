@@ -1,5 +1,7 @@
 """System checks: the settings and database options django-durable needs."""
 
+import os
+
 import pytest
 from django.core import checks
 
@@ -111,3 +113,38 @@ def test_the_listening_database_must_be_a_postgresql_alias(settings, alias):
     engine = settings.DATABASES["default"]["ENGINE"]
     refused = alias == "nowhere" or not engine.endswith("postgresql")
     assert ("django_durable.E012" in ids(durable_checks.check_settings())) == refused
+
+
+def test_a_worker_runs_its_own_checks_without_loading_the_projects_urls(tmp_path):
+    """The project's URLs (and with them the REST framework and the API's views) are for the web
+    processes: a worker that loaded them for the URL checks started twice as slowly."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = """
+import sys, django
+django.setup()
+from django.conf import settings
+if sys.argv[1:] == ["bad"]:
+    settings.DURABLE_DEFAULT_RETRY = "3 attempts"
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+try:
+    call_command("durable_worker", "--burst", "-c", "1", "-v", "0", skip_checks=False)
+except SystemExit:
+    pass
+print(sorted(name for name in ("rest_framework.routers", "django_durable.api.views", "django_durable.urls")
+             if name in sys.modules))
+"""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "DURABLE_TEST_SQLITE_PATH": str(tmp_path / "worker.sqlite3")}
+    env.pop("DURABLE_TEST_DATABASE_URL", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+    # Its own checks still run: a bad setting stops it.
+    bad = subprocess.run([sys.executable, "-c", code, "bad"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and "django_durable.E006" in bad.stderr, bad.stderr[-3000:]

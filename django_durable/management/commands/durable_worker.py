@@ -14,6 +14,10 @@ from django_durable.worker import Worker
 
 class Command(BaseCommand):
     help = "Run durable workflow workers until stopped (SIGTERM or Ctrl-C stops them gracefully)."
+    # A worker runs django-durable's own checks (its settings, its database, the workflows), not
+    # the whole project's: those load the URLs, and with them the REST framework and everything
+    # the views import, which a worker never serves (half its start-up, and memory in each process).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -28,6 +32,7 @@ class Command(BaseCommand):
             "--burst", action="store_true",
             help="Exit once no work is ready and none is in progress.",
         )
+        parser.add_argument("--skip-checks", action="store_true", help="Skip django-durable's system checks.")
         parser.add_argument("--name", default=None, help="Worker name shown in claims and logs.")
         parser.add_argument(
             "--reload", action="store_true",
@@ -45,6 +50,10 @@ class Command(BaseCommand):
         if grace is not None and grace < 0:
             raise CommandError(f"--grace must not be negative, not {grace}.")
         _configure_logging(verbosity)
+        if not options.get("skip_checks"):
+            from django_durable import conf
+
+            self.check(tags=["durable"], databases=[conf.get("DATABASE")])
         if reload:
             if burst:
                 raise CommandError("--reload keeps a worker running; it does not go with --burst.")
