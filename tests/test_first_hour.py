@@ -245,10 +245,15 @@ def test_a_start_and_a_wait_over_http_and_the_command_line_say_no_worker_is_runn
     assert started.status_code == 201 and started.json()["warning"] == NO_WORKER
     waited = api.get(f"{API}workflows/{started.json()['id']}/result/?wait=0.1")
     assert waited.status_code == 202 and waited.json()["warning"] == NO_WORKER
+    err = io.StringIO()
     with pytest.raises(CommandError) as timed_out:
         call_command("durable", "start", "tests.three_steps", "--kwargs", '{"x": 2}', "--wait", "0.1",
-                     stdout=io.StringIO(), stderr=io.StringIO())
+                     stdout=io.StringIO(), stderr=err)
     assert str(timed_out.value).endswith(f"did not finish within 0.1 s. {NO_WORKER}")
+    assert NO_WORKER not in err.getvalue()  # said once, by the timeout
+    err = io.StringIO()
+    call_command("durable", "start", "tests.three_steps", "--kwargs", '{"x": 4}', stdout=io.StringIO(), stderr=err)
+    assert err.getvalue() == f"warning: {NO_WORKER}\n"  # without --wait, at the start
 
     Worker.objects.create(name="w", host="h", pid=1, started_at=timezone.now(), last_seen=timezone.now())
     started = api.post(f"{API}workflows/", {"workflow": "tests.three_steps", "kwargs": {"x": 3}}, format="json")

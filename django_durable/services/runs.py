@@ -138,6 +138,7 @@ def start_run(
         logger.warning("Run %s of %s: %s", run.pk, definition.name, warning)
     elif by is not None and not run.is_finished:
         run.warning = no_worker(run.queue)  # said to the person who started it (API, command line, admin)
+        run.no_worker = run.warning is not None
     return run
 
 

@@ -188,8 +188,8 @@ class Command(BaseCommand):
                                                             _number(throttle[2], "--throttle")))
         except TypeError as exc:  # --args not a list, --kwargs not an object
             raise ValueError(str(exc)) from None
-        if getattr(run, "warning", None):
-            self.stderr.write(f"warning: {run.warning}")
+        if getattr(run, "warning", None) and not (wait is not None and getattr(run, "no_worker", False)):
+            self.stderr.write(f"warning: {run.warning}")  # (with --wait, a timeout says that no worker runs)
         if wait is None:
             self._print_run(run, json)
             return
