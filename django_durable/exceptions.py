@@ -119,11 +119,12 @@ class WorkflowTimeout(DurableError, TimeoutError):
 
 
 class WaitTimeout(DurableError, TimeoutError):
-    """wait() gave up before the run finished; the run itself goes on (`run_id` names it)."""
+    """wait() gave up before the run finished; the run itself goes on (`run_id` names it). `hint`:
+    why it may never finish (no worker serves its queue), or None."""
 
-    def __init__(self, message: str, run_id=None):
+    def __init__(self, message: str, run_id=None, hint: str | None = None):
         super().__init__(message)
-        self.run_id = run_id
+        self.run_id, self.hint = run_id, hint
 
 
 class RunFinished(DurableError):

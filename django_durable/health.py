@@ -140,27 +140,24 @@ def health_view(request: HttpRequest) -> JsonResponse:
     when not. Anyone gets the verdict and each check's name and outcome (an orchestrator's probe
     has no login); a user who may view runs, or the bearer of DURABLE_METRICS_TOKEN, also gets
     each check's detail."""
+    from .api.errors import json_error  # errors in the API's shape
+
     if request.method not in ("GET", "HEAD"):
-        return _error("method_not_allowed", "Only GET.", 405, headers={"Allow": "GET, HEAD"})
+        return json_error("method_not_allowed", "Only GET.", 405, headers={"Allow": "GET, HEAD"})
     probe = request.GET.get("probe", "all")
     try:
         max_lag = float(request.GET["max_lag"]) if "max_lag" in request.GET else None
         if max_lag is not None and not max_lag >= 0:
             raise ValueError
     except ValueError:
-        return _error("invalid", "max_lag is a number of seconds, 0 or more.", 400)
+        return json_error("invalid", "max_lag is a number of seconds, 0 or more.", 400)
     if probe not in PROBES:
-        return _error("invalid", f"probe is one of {', '.join(PROBES)}.", 400)
+        return json_error("invalid", f"probe is one of {', '.join(PROBES)}.", 400)
     queues = [name[:100] for name in request.GET.getlist("queue")][:50] or None
     data = report(probe, queues=queues, max_lag=max_lag)
     if not _may_read_details(request):
         data["checks"] = [{"name": check["name"], "ok": check["ok"]} for check in data["checks"]]
     return JsonResponse(data, status=200 if data["ok"] else 503, headers={"Cache-Control": "no-store"})
-
-
-def _error(code: str, message: str, status: int, **kwargs) -> JsonResponse:
-    """An error in the REST API's shape (django_durable.api.errors.handle)."""
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status, **kwargs)
 
 
 def _may_read_details(request: HttpRequest) -> bool:

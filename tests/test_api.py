@@ -412,12 +412,21 @@ def test_malformed_ids_are_a_404_without_a_query(api, bad):
         assert queries.captured_queries == [], (bad, method, suffix)
 
 
-def test_a_method_a_route_does_not_take_is_a_405(api, user):
+def test_a_method_a_route_does_not_take_is_a_405(api, user, monkeypatch):
     response = api.put(f"{API}schedules/")
     assert response.status_code == 405 and error_code(response) == "method_not_allowed"
     assert api.patch(f"{API}workflows/{uuid.uuid4()}/").status_code == 405
     assert as_user(user()).put(f"{API}schedules/").status_code == 405  # staff: told, not refused
     assert APIClient().put(f"{API}schedules/").status_code == 401  # strangers learn nothing
+    # 401 asks for the first credentials a configured authenticator can take; a session alone has
+    # no challenge to offer, so a stranger is refused with 403 there.
+    from rest_framework.authentication import SessionAuthentication
+
+    from django_durable.api.views import WorkflowRunViewSet
+
+    monkeypatch.setattr(WorkflowRunViewSet, "authentication_classes", [SessionAuthentication])
+    refused = APIClient().get(f"{API}workflows/")
+    assert refused.status_code == 403 and "WWW-Authenticate" not in refused
 
 
 def test_an_unknown_uuid_is_a_404(api):

@@ -75,8 +75,9 @@ def test_the_runs_show_on_the_rows_admin_page_and_start_from_its_list(admin_clie
     assert cancel in page  # act from the row's page
     admin_client.post(cancel, {"reason": "duplicate ticket", "apply": "1"})
     assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
-    assert f"/admin/django_durable/workflowrun/{run.pk}/do/retry/" in admin_client.get(
-        f"{TICKETS}{ticket.pk}/change/").content.decode()
+    cancelled = admin_client.get(f"{TICKETS}{ticket.pk}/change/").content.decode()
+    assert f"/admin/django_durable/workflowrun/{run.pk}/do/retry/" in cancelled
+    assert 'title="stopped">signal:resolved:0<' in cancelled and 'title="waiting"' not in cancelled  # its wait ended with it
     other = Ticket.objects.create(title="vpn")
     durable.start("tests.ticket_flow", ticket.pk, subject=ticket)  # the ticket is busy again
     response = admin_client.post(TICKETS, {"action": "durable_start_tests.ticket_flow",

@@ -199,4 +199,9 @@ def not_found(request, path=""):
         message = "Not found: a run's route is workflows/<id>/..., with the run's whole id (a UUID)."
     else:
         message = "Not found."
-    return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)
+    return json_error("not_found", message, 404)
+
+
+def json_error(code: str, message: str, status: int, **kwargs) -> JsonResponse:
+    """An error in the API's shape, {"error": {"code", "message"}}, from a plain Django view."""
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status, **kwargs)

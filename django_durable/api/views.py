@@ -264,7 +264,7 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
             singleton=data.get("singleton"), debounce=data.get("debounce"), throttle=data.get("throttle"),
         )
         created = getattr(run, "created_now", True)
-        return self.represent(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return self.represent(services.warn_if_unserved(run), status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @document(parameters=[OpenApiParameter("include", OpenApiTypes.STR, enum=["steps"],
                                                 description="steps: the whole journal (up to 1,000 entries)")],
@@ -320,9 +320,8 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 1.5, 1.0)
             run.refresh_from_db()
-        if not run.is_finished:
-            run.warning = services.no_worker(run.queue)
-        return self.represent(run, status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED)
+        return self.represent(services.warn_if_unserved(run),
+                              status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED)
 
     @document(request=None, responses={202: RunSerializer, **errors_for(404, 409)})
     @action(detail=True, methods=["post"])

@@ -13,7 +13,6 @@ from .runs import (
     await_result,
     create_run,
     get_run,
-    no_worker,
     resolve_run_id,
     runs_for,
     start,
@@ -21,10 +20,12 @@ from .runs import (
     start_many,
     start_run,
     wait,
+    warn_if_unserved,
 )
 from .steps import edit_step_result, skip_step
 
 __all__ = [
-    "astart", "await_result", "cancel", "create_run", "duplicate", "edit_step_result", "fork", "emit_event", "force_fail", "get_run", "no_worker", "recover", "release_claim",
+    "astart", "await_result", "cancel", "create_run", "duplicate", "edit_step_result", "fork", "emit_event", "force_fail", "get_run", "recover", "release_claim",
     "resolve_run_id", "retry_rollback", "retry_run", "runs_for", "signal", "skip_step", "start", "start_and_wait", "start_many", "start_run", "wait", "wake",
+    "warn_if_unserved",
 ]

@@ -136,9 +136,15 @@ def start_run(
     if warning:
         run.warning = warning  # shown by the REST API and the command line
         logger.warning("Run %s of %s: %s", run.pk, definition.name, warning)
-    elif by is not None and not run.is_finished:
-        run.warning = no_worker(run.queue)  # said to the person who started it (API, command line, admin)
-        run.no_worker = run.warning is not None
+    return run
+
+
+def warn_if_unserved(run: WorkflowRun) -> WorkflowRun:
+    """`run`, its `warning` saying no worker will take it (no_worker()) unless it has a warning of
+    its own or has finished: for a person who started or waits for it and is shown the warning (the
+    REST API, the command line), not for every start."""
+    if getattr(run, "warning", None) is None and not run.is_finished:
+        run.warning = no_worker(run.queue)
     return run
 
 
@@ -239,7 +245,7 @@ def _wait(pk, db, deadline, timeout, *, look, pause, first) -> Any:
         if deadline is not None and time.monotonic() >= deadline:
             hint = no_worker(queue, db)
             raise WaitTimeout(f"Workflow run {pk} did not finish within {timeout} seconds; it is {status}."
-                              + (f" {hint}" if hint else ""), run_id=pk)
+                              + (f" {hint}" if hint else ""), run_id=pk, hint=hint)
         pause(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 1.5, LONGEST_PAUSE)
 
@@ -305,8 +311,8 @@ class _Listening:
 
 def no_worker(run_queue: str, db: str | None = None) -> str | None:
     """Why a wait may be in vain, or None: no live worker serves the run's queue (the commonest
-    first-hour surprise). The one sentence wait(), `durable start --wait`, the REST start and
-    result/?wait= say."""
+    first-hour surprise). The one sentence wait() (WaitTimeout.hint, which `durable start --wait`
+    says) and warn_if_unserved() (the REST start, result/?wait=, `durable start`) give."""
     from ..models import Worker
     from ..stats import live_workers_since
 

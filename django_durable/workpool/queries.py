@@ -344,7 +344,8 @@ SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT J
        (SELECT count(pg_notify('durable_done', id::text)) FROM done WHERE awaited)"""
 
 # The signals and events the last entries of the runs FINISH_RUNS ends consume, (id, key, run) rows,
-# those of the runs whose fence held.
+# those of the runs whose fence held. (No `answered` part as in CONSUMED: the end quiets every
+# pending timer of those runs.)
 CONSUMED_MANY = """,
 consumed AS (
     UPDATE durable_signal AS m SET consumed_at = {now}, consumed_by = c.key

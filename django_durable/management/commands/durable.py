@@ -188,18 +188,19 @@ class Command(BaseCommand):
                                                             _number(throttle[2], "--throttle")))
         except TypeError as exc:  # --args not a list, --kwargs not an object
             raise ValueError(str(exc)) from None
-        if getattr(run, "warning", None) and not (wait is not None and getattr(run, "no_worker", False)):
-            self.stderr.write(f"warning: {run.warning}")  # (with --wait, a timeout says that no worker runs)
+        if wait is None:
+            services.warn_if_unserved(run)  # (with --wait, a timeout says that no worker runs)
+        if getattr(run, "warning", None):
+            self.stderr.write(f"warning: {run.warning}")
         if wait is None:
             self._print_run(run, json)
             return
         try:
             services.wait(run.pk, timeout=wait)
-        except WaitTimeout:
+        except WaitTimeout as timed_out:
             self._print_run(services.get_run(run.pk), json)
-            hint = services.no_worker(run.queue)
-            raise CommandError(f"Run {run.pk} did not finish within {wait:g} s." + (f" {hint}" if hint else ""),
-                               returncode=TIMED_OUT) from None
+            raise CommandError(f"Run {run.pk} did not finish within {wait:g} s."
+                               + (f" {timed_out.hint}" if timed_out.hint else ""), returncode=TIMED_OUT) from None
         except WorkflowFailed:
             self._print_run(services.get_run(run.pk), json)
             raise CommandError(f"Run {run.pk} ended {services.get_run(run.pk).status}.", returncode=REFUSED) from None
