@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -50,6 +49,26 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
+def peak_rss_mb(roots: list[int]) -> float:
+    """The largest peak resident set (VmHWM) of the processes of the trees at `roots`, in MB.
+
+    Read from each process itself: getrusage(RUSAGE_CHILDREN) would also count the driver's own
+    pages, which a child started by fork and exec carries for the moment before its exec (a
+    driver that enqueued its jobs through Django is bigger than the workers it starts)."""
+    peak = 0
+    for root in roots:
+        for pid in _tree(root):
+            try:
+                with open(f"/proc/{pid}/status") as status:
+                    for line in status:
+                        if line.startswith("VmHWM:"):
+                            peak = max(peak, int(line.split()[1]))
+                            break
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return peak / 1024
+
+
 def system_cpu(roots: list[int]) -> float:
     """CPU seconds used so far by the processes of the system under test: each root (a worker
     process, or PostgreSQL's postmaster) with what it reaped, and its live descendants.
@@ -84,7 +103,7 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
 
     server = postmaster(url or os.environ["DATABASE_URL"])
     machine, workers, database, stop = [], [], [], threading.Event()
-    processes = []
+    processes, rss = [], [0.0]
 
     def sample():
         while not stop.is_set():
@@ -92,6 +111,7 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
             machine.append((now, busy_seconds()))
             workers.append((now, system_cpu([p.pid for p in processes])))
             database.append((now, system_cpu([server])))
+            rss[0] = max(rss[0], peak_rss_mb([p.pid for p in processes]))
             stop.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -106,7 +126,7 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
         stop.set()
         sampler.join()
     return {"busy_cpu_s": busy_seconds() - before_cpu, "wall_s": time.perf_counter() - before,
-            "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "worker_peak_rss_mb": rss[0],
             "samples": machine, "worker_samples": workers, "database_samples": database}
 
 

@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/rounds.py [--rounds 3] [--workloads w5,w5-fresh,w2,w1,w3]
         [--jobs 5000] [--latency-jobs 200] [--workflows 2000] [--fanout 500] [--processes 2] [--json FILE]
-        [--no-analyze]
+        [--no-analyze] [--systems a,b] [--baseline DIR]
 
 Each round runs every workload on every system that has it, one after the other on the same
 server: the raw SKIP LOCKED ceiling (one statement a row in autocommit, and beside it the
@@ -22,6 +22,9 @@ its own, after a CHECKPOINT. The workloads:
   clock, and enqueue to seen finished by a client polling every millisecond;
 - W1: ten-step workflows drained by P processes, steps per second (systems with workflows);
 - W3: one workflow fanning out to N one-step items and waiting for them all, P processes.
+
+With --baseline DIR (a checkout of an earlier commit: `git worktree add DIR COMMIT`), django-durable
+also runs as that commit has it, in the same rounds: "(before)" beside the code as it is.
 
 Ratios to the ceiling and between systems are taken within each round, so a noisy machine moves
 both sides together; the medians of the rounds are printed, and with --json written out.
@@ -73,13 +76,23 @@ def fresh_database(base: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
+def baseline(root: Path) -> list[tuple]:
+    """django-durable's two systems as the checkout at `root` has them (git worktree add DIR COMMIT),
+    measured in the same rounds as this one: "before" beside "after"."""
+    return [(f"{name} (before)", python, driver, extra, scheme, workloads, root)
+            for name, python, driver, extra, scheme, workloads in SYSTEMS
+            if name in ("django-durable", "django-durable-workflows")]
+
+
 def run_one(system, workload: str, base: str, size: int, processes: int, no_analyze: bool = False) -> dict:
-    name, python, driver, extra, scheme, _ = system
+    name, python, driver, extra, scheme, _, *root = system
     url = fresh_database(base, "peers_" + "".join(c if c.isalnum() else "_" for c in name))
     if scheme == "postgresql":
         url = url.replace("postgres://", "postgresql://", 1)
     env = {"DATABASE_URL": url, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
-    command = [str(python), str(HERE / driver), "--url", url, "--workload", workload, "--jobs", str(size),
+    if root:  # another checkout's code, ahead of the installed one
+        env["PYTHONPATH"] = str(root[0])
+    command = [str(python), str((root[0] / "bench/peers" if root else HERE) / driver), "--url", url, "--workload", workload, "--jobs", str(size),
                "--processes", str(processes), *extra, *(["--no-analyze"] if no_analyze else [])]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -99,6 +112,7 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, default=500, help="W3's items")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--baseline", type=Path, help="also django-durable as the checkout at this path has it")
     parser.add_argument("--systems", default="", help="only these systems (comma-separated names; default all)")
     parser.add_argument("--no-analyze", action="store_true",
                         help="every workload without an ANALYZE first (W5-fresh is W5 without it in any case)")
@@ -113,6 +127,9 @@ def main() -> None:
     if unknown := set(chosen) - {s[0] for s in SYSTEMS}:
         parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
     systems = [s for s in SYSTEMS if Path(s[1]).exists() and (not chosen or s[0] in chosen)]
+    if args.baseline:
+        systems[1:1] = [s for s in baseline(args.baseline.resolve())
+                        if not chosen or s[0].removesuffix(" (before)") in chosen]
     missing = [s[0] for s in SYSTEMS if not Path(s[1]).exists()]
     if missing:
         print(f"left out (no virtual environment; run scripts/bench-peers.sh): {', '.join(missing)}", file=sys.stderr)
@@ -154,7 +171,8 @@ def _version(rounds, workload, name):
 
 
 def w5_table(rounds, names, args, key: str = "w5") -> str:
-    rival = "django-ox" if "django-ox" in names else "procrastinate"  # the closest competitor present
+    # The closest competitor present: PGQueuer on asyncpg, else django-ox, else Procrastinate.
+    rival = next((n for n in ("pgqueuer-asyncpg", "django-ox", "procrastinate") if n in names), "")
     title = "W5" if key == "w5" else "W5 as a fresh install meets its tables (no ANALYZE before the drain)"
     lines = [f"{title}: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", f"| system | version | jobs drained/s | share of the ceiling (per round) | vs {rival} (per round) "

@@ -191,8 +191,9 @@ class WorkflowRun(models.Model):
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
     parent = models.ForeignKey(
-        # Deleting a finished parent must not take an unfinished child with it.
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+        # Deleting a finished parent must not take an unfinished child with it. Indexed for the
+        # children only (durable_run_children): most runs have no parent.
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False
     )
     detached = models.BooleanField(
         default=False, db_default=False, help_text="A child started detached: it goes on when its parent ends otherwise than completed."
@@ -238,8 +239,9 @@ class WorkflowRun(models.Model):
     # the row leaves its runs (their `subject` is then None; `subject_label` still names it).
     # No constraint and no cascade: the content types may live on another database than the durable
     # tables (DURABLE_DATABASE); a deleted content type's runs lose it by a receiver (subjects.py).
+    # Looked up with subject_id, through durable_run_subject: no index of its own.
     subject_type = models.ForeignKey("contenttypes.ContentType", null=True, blank=True, on_delete=models.DO_NOTHING,
-                                     db_constraint=False, related_name="+")
+                                     db_constraint=False, related_name="+", db_index=False)
     subject_id = models.CharField(max_length=255, null=True, blank=True)
     subject = SubjectRelation("subject_type", "subject_id")
     subject_label = models.CharField(max_length=200, null=True, blank=True, help_text="str() of the subject at start.")
@@ -285,6 +287,10 @@ class WorkflowRun(models.Model):
             # durable.runs_for(obj) and the runs shown on a model's admin page.
             models.Index(fields=["subject_type", "subject_id", "-created_at"], condition=Q(subject_id__isnull=False),
                          name="durable_run_subject"),
+            # A run's children (its claim reads those that finished; a parent's delete unlinks them):
+            # only runs with a parent are in it. Every index a run is in costs each of its status
+            # changes an entry (a new status is a new row version, in every index).
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="durable_run_children"),
             # A run's forks (durable.fork()), on its page: only forked runs are in it.
             models.Index(fields=["forked_from"], condition=Q(forked_from__isnull=False), name="durable_run_forks"),
         ]
