@@ -49,6 +49,11 @@ class WorkflowDefinition:
         """The error a run whose return value cannot be stored fails with (a task's differs)."""
         return exc
 
+    def ended(self, run_id, status: str, result: str | None, error: str | None) -> None:
+        """Told of a run's end once it has committed, before the run's signals are sent: its
+        status and its result or error as stored (JSON text). A workflow's does nothing; a task's
+        sends django.tasks' task_finished."""
+
     @cached_property
     def _signature(self) -> inspect.Signature | None:
         try:

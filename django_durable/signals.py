@@ -46,13 +46,15 @@ def listened(signal: Signal, workflow: str) -> bool:
     """Whether `signal` has receivers for `workflow`: check before decoding what it would carry."""
     from .registry import sender_of
 
-    return signal.has_listeners(sender_of(workflow))
+    return bool(signal.receivers) and signal.has_listeners(sender_of(workflow))
 
 
 def send(signal: Signal, workflow: str, **kwargs) -> None:
     """Send `signal` for the workflow named `workflow`; log, never raise, what a receiver raises."""
     from .registry import sender_of
 
+    if not signal.receivers:  # nobody listens to it at all (a worker sends a signal or two a run)
+        return
     sender = sender_of(workflow)
     if not signal.has_listeners(sender):
         return

@@ -28,7 +28,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from . import conf, registry, serialization, signals
+from . import conf, registry, serialization
 from .exceptions import Cancelled, InvalidArguments, NotSerializable
 from .interrupts import CancelRequested
 from .models import WorkflowEvent, WorkflowRun
@@ -96,6 +96,12 @@ class TaskDefinition(registry.WorkflowDefinition):
             signature.bind(*((None,) if task.takes_context else ()), *args, **kwargs)
         except TypeError as exc:
             raise InvalidArguments(f"Task {self.name!r} cannot be enqueued with these arguments: {exc}.") from None
+
+    def ended(self, run_id, status: str, result: str | None, error: str | None) -> None:
+        """task_finished for the run's end: it succeeded, or it failed (a cancel carries no error)."""
+        succeeded = status == Status.COMPLETED
+        _finished(self.fn, run_id, succeeded=succeeded, result=result if succeeded else None,
+                  error=error if status not in (Status.COMPLETED, Status.CANCELLED) else None)
 
     def refused_result(self, exc: Exception) -> Exception:
         """A return value that is not JSON fails the task with a TypeError, as django.tasks says."""
@@ -284,11 +290,6 @@ def _register(task) -> None:
     call = _Call(task)
     registry.register(TaskDefinition(name=name, fn=call, queue=task.queue_name, priority=task.priority,
                                      max_attempts=policy.max_attempts, retry=policy))
-    # A run's end becomes task_finished for this task's runs only (the signals' sender is the
-    # run's workflow function): the end of a workflow's run costs nothing more.
-    signals.run_completed.connect(_completed, sender=call, weak=False)
-    signals.run_failed.connect(_failed, sender=call, weak=False)
-    signals.run_cancelled.connect(_failed, sender=call, weak=False)
 
 
 def _task_of(name: str):
@@ -333,12 +334,14 @@ def heard(signal, own, level: int) -> bool:
     return _tasks_logger.isEnabledFor(level)
 
 
-def _finished(call: _Call, run_id, *, succeeded: bool, result=None, error=None) -> None:
-    """task_finished, once a task's run has ended (after its end was committed)."""
+def _finished(call: _Call, run_id, *, succeeded: bool, result: str | None, error: str | None) -> None:
+    """task_finished, once a task's run has ended (after its end was committed), given its result
+    or error as stored (JSON text): read only when someone hears it."""
     task = call.task
-    running = _running.pop(str(run_id), None)
+    running = _running.pop(str(run_id), None) if _running else None
     if not heard(task_finished, log_task_finished, logging.INFO if succeeded else logging.ERROR):
         return
+    result, error = serialization.decode(result), serialization.decode(error)
     backend = task.get_backend()
     if running is None:  # ended outside an attempt of this process (cancelled before it ran): read it
         run = WorkflowRun.objects.using(conf.get("DATABASE")).filter(pk=run_id).first()
@@ -360,9 +363,3 @@ def _finished(call: _Call, run_id, *, succeeded: bool, result=None, error=None) 
     task_finished.send(type(backend), task_result=ended)
 
 
-def _completed(sender, run_id, result=None, **kwargs):
-    _finished(sender, run_id, succeeded=True, result=result)
-
-
-def _failed(sender, run_id, error=None, **kwargs):
-    _finished(sender, run_id, succeeded=False, error=error)

@@ -133,8 +133,11 @@ def announce(ended: Ended, *, db: str) -> None:
 
 
 def send_end(ended: Ended) -> None:
-    """Send the end's signal now: its transaction has committed (a worker's own finish)."""
+    """Tell the run's definition of its end and send the end's signal, now: its transaction has
+    committed (a worker's own finish)."""
     workflow, pk = ended.workflow, ended.run_id
+    if (definition := registry.find(workflow)) is not None:
+        definition.ended(pk, ended.status, ended.result, ended.error)
     if ended.status == Status.COMPLETED:
         # Decoded only for receivers (a result stored apart would be read back otherwise).
         if signals.listened(signals.run_completed, workflow):
