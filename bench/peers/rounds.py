@@ -9,7 +9,7 @@ server: the raw SKIP LOCKED ceiling (one statement a row in autocommit, and besi
 four-round-trip loop earlier figures used), django-durable (tasks, and one-step workflows in W5),
 and each peer whose virtual environment exists under bench/.venvs/ (made by
 scripts/bench-peers.sh): django-ox, PGQueuer (psycopg's driver, and asyncpg's), Procrastinate,
-django-tasks-db, DBOS; each round starts with the next system in that list. Every run gets a fresh database of
+django-tasks-db, DBOS, Oban for Python, django-absurd; each round starts with the next system in that list. Every run gets a fresh database of
 its own, after a CHECKPOINT. The workloads:
 
 - W5-fresh: W5 with no ANALYZE before the drain, as a fresh install meets its tables (autovacuum
@@ -59,6 +59,8 @@ SYSTEMS = [  # (name, python, driver, extra arguments, URL style, workloads)
     ("procrastinate", VENVS / "procrastinate/bin/python", "procrastinate_driver.py", [], "postgresql", {"w5", "w2"}),
     ("django-tasks-db", VENVS / "tasks-db/bin/python", "tasksdb_driver.py", [], "postgresql", {"w5", "w2"}),
     ("dbos", VENVS / "dbos/bin/python", "dbos_driver.py", [], "postgresql", {"w5", "w2", "w1", "w3"}),
+    ("oban", VENVS / "oban/bin/python", "oban_driver.py", [], "postgresql", {"w5", "w2"}),
+    ("django-absurd", VENVS / "absurd/bin/python", "absurd_driver.py", [], "postgresql", {"w5", "w2", "w1"}),
 ]
 
 
