@@ -27,6 +27,7 @@ import inspect
 import logging
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 
 from . import conf, registry, serialization
 from .exceptions import Cancelled, InvalidArguments, NotSerializable
@@ -85,12 +86,17 @@ class TaskDefinition(registry.WorkflowDefinition):
 
     kind = "task"
 
+    @cached_property
+    def _task_signature(self) -> inspect.Signature | None:
+        try:
+            return inspect.signature(self.fn.task.func)
+        except (TypeError, ValueError):  # a callable without one: nothing to check against
+            return None
+
     def check_arguments(self, args, kwargs: dict) -> None:
         """Refuse arguments the task function cannot take before anything is stored."""
-        task = self.fn.task
-        try:
-            signature = inspect.signature(task.func)
-        except (TypeError, ValueError):
+        task, signature = self.fn.task, self._task_signature
+        if signature is None:
             return
         try:
             signature.bind(*((None,) if task.takes_context else ()), *args, **kwargs)
