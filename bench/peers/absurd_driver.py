@@ -19,7 +19,7 @@ from importlib.metadata import version
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import analyze, argument, latency_w2, report, report_w5, run_workers, serving, timed_enqueue  # noqa: E402
+from common import analyze, argument, latency_w2, report_w1, report_w5, run_workers, serving, timed_enqueue  # noqa: E402
 
 URL = os.environ.get("PEER_URL") or argument("url", "")
 WORKER = ["absurd_worker", "--batch-size", "10", "--poll-interval", "0.1"]
@@ -80,13 +80,9 @@ def w1(jobs: int, processes: int) -> None:
 
     for n in range(jobs):
         ten_steps.enqueue(n)
-    _drain(processes)
-    done, (start, end) = _window()
-    if done != jobs:
-        raise SystemExit(f"django-absurd: {done} of {jobs} workflows finished")
-    seconds = float(end) - float(start)
-    report({"system": "django-absurd", "version": version("django-absurd"), "workflows": jobs,
-            "steps_per_s": 10 * jobs / seconds, "seconds": seconds})
+    drained = _drain(processes)
+    done, window = _window()
+    report_w1("django-absurd", version("django-absurd"), jobs, done, window, drained)
 
 
 def w2(jobs: int) -> None:

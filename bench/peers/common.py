@@ -237,6 +237,21 @@ def report_w5(system: str, version: str, jobs: int, done: int, window, enqueue_p
             "machine_cpu_ms_per_job": per_job["machine"], **drained})
 
 
+def report_w1(system: str, version: str, workflows: int, done: int, window, drained: dict, steps: int = 10) -> None:
+    """Check every workflow finished; print W1's figures: steps per second over `window` (the
+    first workflow's start to the last one's end, epoch seconds by the database's clock) and, over
+    that window, the CPU per step of the workers and PostgreSQL (each apart, as report_w5)."""
+    if done != workflows:
+        raise SystemExit(f"{system}: {done} of {workflows} workflows finished")
+    start, end = (float(moment) for moment in window)
+    count = steps * workflows
+    per_step = {name: 1000 * cpu_during(drained[key], start, end) / count
+                for name, key in (("workers", "worker_samples"), ("database", "database_samples"))}
+    report({"system": system, "version": version, "workflows": workflows, "steps_per_s": count / (end - start),
+            "seconds": end - start, "cpu_ms_per_step": per_step["workers"] + per_step["database"],
+            "workers_cpu_ms_per_step": per_step["workers"], "database_cpu_ms_per_step": per_step["database"]})
+
+
 def argument(name: str, default=None):
     """--name VALUE from the command line."""
     if f"--{name}" in sys.argv:

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from dbos import DBOS, DBOSClient  # noqa: E402
 from common import (  # noqa: E402
-    analyze, argument, latency_w2, report, report_w5, run_workers, serving, timed_enqueue, wait_until,
+    analyze, argument, latency_w2, report, report_w1, report_w5, run_workers, serving, timed_enqueue, wait_until,
 )
 
 URL = os.environ.get("DBOS_URL") or argument("url", "")
@@ -101,13 +101,9 @@ def w1(jobs: int, processes: int) -> None:
         client.enqueue(options, n)
     client.destroy()
     analyze(URL)
-    run_workers([[sys.executable, __file__, "worker"]] * processes, env=ENV)
-    done, (start, end) = _drained()
-    seconds = float(end) - float(start)
-    if done != jobs:
-        raise SystemExit(f"dbos: {done} of {jobs} workflows finished")
-    report({"system": "dbos", "version": version("dbos"), "workflows": jobs,
-            "steps_per_s": 10 * jobs / float(seconds), "seconds": float(seconds)})
+    drained = run_workers([[sys.executable, __file__, "worker"]] * processes, env=ENV, url=URL)
+    done, window = _drained()
+    report_w1("dbos", version("dbos"), jobs, done, window, drained)
 
 
 def w2(jobs: int) -> None:

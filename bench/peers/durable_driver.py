@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
 from common import (  # noqa: E402
-    analyze, argument, busy_seconds, latency_w2, postmaster, report, report_w5, run_workers, serving, system_cpu,
+    analyze, argument, busy_seconds, latency_w2, postmaster, report, report_w1, report_w5, run_workers, serving,
+    system_cpu,
     timed_enqueue,
 )
 from django.core.management import call_command  # noqa: E402
@@ -52,6 +53,24 @@ def w5(jobs: int, processes: int, workflows: bool = False) -> None:
     assert journal == (jobs if workflows else 0), f"{journal} journal entries for {jobs} runs"
     report_w5("django-durable-workflows" if workflows else "django-durable", VERSION, jobs, done, window,
               enqueue_per_s, drained)
+
+
+def w1(workflows: int, processes: int) -> None:
+    """N ten-step workflows drained by P processes (bench/run.py's W1, with the CPU a step)."""
+    import django_durable as durable
+
+    harness.truncate()
+    for _ in range(workflows):
+        durable.start("bench.ten_steps", n=10)
+    connections.close_all()
+    analyze(os.environ["DATABASE_URL"])
+    drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
+                          env=harness.worker_env())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
+                       "EXTRACT(EPOCH FROM min(started_at)), EXTRACT(EPOCH FROM max(finished_at)) FROM durable_workflow_run")
+        done, *window = cursor.fetchone()
+    report_w1("django-durable", VERSION, workflows, done, window, drained)
 
 
 def w2(jobs: int) -> None:
@@ -95,8 +114,7 @@ def main() -> None:
     elif workload == "w2":
         w2(jobs)
     elif workload == "w1":
-        figures = harness.w1(jobs, 10, processes)
-        report({"system": "django-durable", "version": VERSION, "workflows": jobs, **figures})
+        w1(jobs, processes)
     elif workload == "w3":
         harness.w3_fanout([jobs], processes)
         with connection.cursor() as cursor:  # by the database's clock, as for the peers

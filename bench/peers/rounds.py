@@ -217,13 +217,16 @@ def w2_table(rounds, names, args) -> str:
 
 def w1_table(rounds, names, args) -> str:
     lines = [f"W1: {args.workflows} ten-step workflows, {args.processes} worker processes, median of {len(rounds)} "
-             "rounds", "", "| system | version | steps/s | share of the ceiling (per round) |", "| --- | --- | --- | --- |"]
+             "rounds", "", "| system | version | steps/s | share of the ceiling (per round) "
+             "| CPU per step: workers + PostgreSQL |", "| --- | --- | --- | --- | --- |"]
     for name in names:
         steps = _median(rounds, "w1", name, "steps_per_s")
         if steps is None or name == "ceiling":
             continue
         share = ", ".join(f"{x:.0%}" for x in _ratios(rounds, "w1", name, "steps_per_s", "ceiling", "drain_per_s"))
-        lines.append(f"| {name} | {_version(rounds, 'w1', name)} | {steps:.0f} | {share or '—'} |")
+        workers, database = (_median(rounds, "w1", name, f"{part}_cpu_ms_per_step") for part in ("workers", "database"))
+        cpu = f"{workers:.2f} + {database:.2f} = {workers + database:.2f} ms" if workers is not None else "—"
+        lines.append(f"| {name} | {_version(rounds, 'w1', name)} | {steps:.0f} | {share or '—'} | {cpu} |")
     return "\n".join(lines)
 
 

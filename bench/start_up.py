@@ -1,0 +1,66 @@
+"""How long a worker takes from its spawn to its first claim, and what its start-up costs.
+
+    DATABASE_URL=postgres://... .venv/bin/python bench/start_up.py [--repeat 5]
+
+Each repeat enqueues one task, spawns `manage.py durable_worker --burst -c 1` (bench.settings: the
+admin, the REST framework and django.tasks installed, as a project has them) and reads when the
+task's run started, by the database's clock, on this machine: spawn to first claim. Then the
+worker's whole life (start, one task, exit): its CPU and its peak RSS. The medians are printed, and
+for reference what `python -c "import django; django.setup()"` alone takes with the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import run as harness  # noqa: E402  (sets Django up on bench.settings)
+from django.db import connection, connections  # noqa: E402
+
+
+def once() -> dict:
+    from bench.benchapp.tasks import one_step
+
+    harness.truncate()
+    run_id = one_step.enqueue(0).id
+    connections.close_all()
+    spawned = time.time()
+    # Through GNU time: its own small process starts the worker, so the worker's peak RSS is its
+    # own (a child of this Django process would carry this process's pages until its exec).
+    done = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", *harness.worker_command("--burst", "-c", "1", "-v", "0")],
+                          env=harness.worker_env(), check=True, capture_output=True, text=True)
+    peak_kb, user, system = done.stderr.split()[-3:]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXTRACT(EPOCH FROM started_at) FROM durable_workflow_run WHERE id = %s", [run_id])
+        (started,) = cursor.fetchone()
+    return {"first_claim_s": float(started) - spawned,
+            "cpu_s": float(user) + float(system), "peak_rss_mb": int(peak_kb) / 1024}
+
+
+def django_alone() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=harness.worker_env(), check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    runs = [once() for _ in range(args.repeat)]
+    alone = statistics.median(django_alone() for _ in range(args.repeat))
+    for key, label in (("first_claim_s", "spawn to first claim"), ("cpu_s", "CPU of its whole life"),
+                       ("peak_rss_mb", "peak RSS (MB)")):
+        values = [r[key] for r in runs]
+        print(f"{label:28} median {statistics.median(values):6.2f}   ({', '.join(f'{v:.2f}' for v in values)})")
+    print(f"{'django.setup() alone':28} median {alone:6.2f} s (wall, a process of its own)")
+
+
+if __name__ == "__main__":
+    main()
