@@ -33,13 +33,9 @@ from django.db import connection, connections  # noqa: E402
 VERSION = version("django-durable-workflows")
 
 
-def w5(jobs: int, processes: int, workflows: bool = False) -> None:
-    import django_durable as durable
-    from bench.benchapp.tasks import one_step
-
-    harness.truncate()
-    enqueue = (lambda n: durable.start("bench.one_step")) if workflows else (lambda n: one_step.enqueue(n))
-    enqueue_per_s = timed_enqueue(enqueue, jobs)
+def _drain(processes: int) -> tuple[dict, int, list]:
+    """ANALYZE (unless --no-analyze), then `durable_worker --burst -c P` until the queue is empty:
+    run_workers()'s figures, the runs completed, and the first start and last end (epoch seconds)."""
     connections.close_all()
     analyze(os.environ["DATABASE_URL"])
     drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
@@ -48,6 +44,18 @@ def w5(jobs: int, processes: int, workflows: bool = False) -> None:
         cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
                        "EXTRACT(EPOCH FROM min(started_at)), EXTRACT(EPOCH FROM max(finished_at)) FROM durable_workflow_run")
         done, *window = cursor.fetchone()
+    return drained, done, window
+
+
+def w5(jobs: int, processes: int, workflows: bool = False) -> None:
+    import django_durable as durable
+    from bench.benchapp.tasks import one_step
+
+    harness.truncate()
+    enqueue = (lambda n: durable.start("bench.one_step")) if workflows else (lambda n: one_step.enqueue(n))
+    enqueue_per_s = timed_enqueue(enqueue, jobs)
+    drained, done, window = _drain(processes)
+    with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM durable_step")
         (journal,) = cursor.fetchone()
     assert journal == (jobs if workflows else 0), f"{journal} journal entries for {jobs} runs"
@@ -62,14 +70,7 @@ def w1(workflows: int, processes: int) -> None:
     harness.truncate()
     for _ in range(workflows):
         durable.start("bench.ten_steps", n=10)
-    connections.close_all()
-    analyze(os.environ["DATABASE_URL"])
-    drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
-                          env=harness.worker_env())
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
-                       "EXTRACT(EPOCH FROM min(started_at)), EXTRACT(EPOCH FROM max(finished_at)) FROM durable_workflow_run")
-        done, *window = cursor.fetchone()
+    drained, done, window = _drain(processes)
     report_w1("django-durable", VERSION, workflows, done, window, drained)
 
 
