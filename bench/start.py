@@ -2,7 +2,8 @@
 
     DATABASE_URL=postgres://... python bench/start.py [--root DIR] [--starts 1000] [--many 20000]
 
-Prints, as JSON: start() wall time p50/p95 (ms) and process CPU per start (µs); start_many()
+Prints, as JSON: start() wall time p50/p95 (ms) and process CPU per start (µs), the same of a
+django.tasks task's enqueue() (p50, CPU); start_many()
 runs per second (wall) for --many runs in one call; and one commit of a one-row INSERT in plain
 psycopg on the same server, p50 (ms), the floor a start() is compared with in the same run.
 `--root` measures the checkout in DIR (a worktree of an older commit) with this script.
@@ -37,6 +38,16 @@ def main() -> None:
     walls.sort()
     figures["start_p50_ms"] = 1000 * statistics.median(walls)
     figures["start_p95_ms"] = 1000 * walls[int(0.95 * len(walls))]
+
+    from bench.benchapp.tasks import one_step
+
+    walls, cpu = [], time.process_time()
+    for n in range(args.starts):
+        began = time.perf_counter()
+        one_step.enqueue(n)
+        walls.append(time.perf_counter() - began)
+    figures["enqueue_cpu_us"] = 1e6 * (time.process_time() - cpu) / args.starts
+    figures["enqueue_p50_ms"] = 1000 * statistics.median(walls)
 
     start_many = getattr(durable, "start_many", None)
     if start_many is not None:
