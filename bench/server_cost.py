@@ -82,15 +82,26 @@ def per_job(counts: dict, jobs: int) -> dict:
 
 
 def measure(jobs: int, processes: int, workflows: bool) -> dict:
-    import django_durable as durable
-    from bench.benchapp.tasks import one_step
-
     harness.truncate()
     with connection.cursor() as cursor:
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-        # Keep the WAL of both phases (a checkpoint would recycle it before it is read).
+        # Keep the WAL of both phases (a checkpoint would recycle it before it is read); the
+        # server's own setting comes back at the end.
         cursor.execute("ALTER SYSTEM SET wal_keep_size = '4GB'")
         cursor.execute("SELECT pg_reload_conf()")
+    try:
+        return _measure(jobs, processes, workflows)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER SYSTEM RESET wal_keep_size")
+            cursor.execute("SELECT pg_reload_conf()")
+
+
+def _measure(jobs: int, processes: int, workflows: bool) -> dict:
+    import django_durable as durable
+    from bench.benchapp.tasks import one_step
+
+    with connection.cursor() as cursor:
         cursor.execute("CHECKPOINT")  # every system's first change of a page after it costs the same
     before_start = lsn()
     for n in range(jobs):

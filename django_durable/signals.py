@@ -46,6 +46,7 @@ def listened(signal: Signal, workflow: str) -> bool:
     """Whether `signal` has receivers for `workflow`: check before decoding what it would carry."""
     from .registry import sender_of
 
+    # No receiver at all, the common case, is one test (a worker sends a signal or two a run).
     return bool(signal.receivers) and signal.has_listeners(sender_of(workflow))
 
 
@@ -53,12 +54,9 @@ def send(signal: Signal, workflow: str, **kwargs) -> None:
     """Send `signal` for the workflow named `workflow`; log, never raise, what a receiver raises."""
     from .registry import sender_of
 
-    if not signal.receivers:  # nobody listens to it at all (a worker sends a signal or two a run)
+    if not listened(signal, workflow):
         return
-    sender = sender_of(workflow)
-    if not signal.has_listeners(sender):
-        return
-    for receiver, response in signal.send_robust(sender=sender, workflow=workflow, **kwargs):
+    for receiver, response in signal.send_robust(sender=sender_of(workflow), workflow=workflow, **kwargs):
         if isinstance(response, Exception):
             logger.error("Receiver %r of a django-durable signal raised %r.", receiver, response,
                          exc_info=(type(response), response, response.__traceback__))

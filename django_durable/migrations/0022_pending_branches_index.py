@@ -6,25 +6,10 @@ started, and a plain CREATE INDEX would hold off the workers' writes while it re
 
 from django.db import migrations, models
 
+from ._concurrently import add_index
+
 INDEX = models.Index(fields=["run", "group"], condition=models.Q(("kind", "step"), ("status", "pending")),
                      name="durable_work_item_branches")
-
-
-def create(apps, schema_editor):
-    model = apps.get_model("django_durable", "WorkItem")
-    if schema_editor.connection.vendor == "postgresql":
-        sql = str(INDEX.create_sql(model, schema_editor, concurrently=True))
-        schema_editor.execute(sql.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def drop(apps, schema_editor):
-    model = apps.get_model("django_durable", "WorkItem")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{INDEX.name}"')
-    else:
-        schema_editor.remove_index(model, INDEX)
 
 
 class Migration(migrations.Migration):
@@ -34,9 +19,4 @@ class Migration(migrations.Migration):
         ('django_durable', '0021_audit_trail_and_worker_machine'),
     ]
 
-    operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name='workitem', index=INDEX)],
-            database_operations=[migrations.RunPython(create, drop)],
-        ),
-    ]
+    operations = [add_index("WorkItem", INDEX)]

@@ -10,31 +10,9 @@ one concurrently; its index is built on each partition in turn.
 import django.db.models.deletion
 from django.db import migrations, models
 
+from ._concurrently import add_index
+
 INDEX = models.Index(condition=models.Q(("parent__isnull", False)), fields=["parent"], name="durable_run_children")
-
-
-def _partitioned(schema_editor) -> bool:
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass('durable_workflow_run')")
-        row = cursor.fetchone()
-    return row is not None and row[0] == "p"
-
-
-def create(apps, schema_editor):
-    model = apps.get_model("django_durable", "WorkflowRun")
-    if schema_editor.connection.vendor == "postgresql" and not _partitioned(schema_editor):
-        sql = str(INDEX.create_sql(model, schema_editor, concurrently=True))
-        schema_editor.execute(sql.replace("CREATE INDEX CONCURRENTLY", "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1))
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def drop(apps, schema_editor):
-    model = apps.get_model("django_durable", "WorkflowRun")
-    if schema_editor.connection.vendor == "postgresql" and not _partitioned(schema_editor):
-        schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{INDEX.name}"')
-    else:
-        schema_editor.remove_index(model, INDEX)
 
 
 class Migration(migrations.Migration):
@@ -46,10 +24,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name='workflowrun', index=INDEX)],
-            database_operations=[migrations.RunPython(create, drop)],
-        ),
+        add_index("WorkflowRun", INDEX),
         migrations.AlterField(
             model_name='workflowrun',
             name='parent',

@@ -13,8 +13,8 @@ and its error (or result); its timers and its branches not started yet are cance
 parent's advance is woken (the parent may be waiting for this child); a durable.wait() that
 marked it is told (NOTIFY, on PostgreSQL); and an end other than ``completed`` cancels its
 unfinished children, detached ones excepted (cascade()). Once that has committed, the end's
-Django signal is sent, once (announce(): run_completed, run_failed or run_cancelled, which a
-django.tasks task's run turns into task_finished).
+run's definition is told (a django.tasks task's sends task_finished) and its Django signal is
+sent, once (announce(): run_completed, run_failed or run_cancelled).
 """
 
 from __future__ import annotations
