@@ -36,3 +36,45 @@ def test_a_harness_ended_by_its_time_limit_takes_what_it_started_with_it(tmp_pat
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(child), "the harness's process group outlived it"
+
+
+HOLDER = """
+import time, django
+django.setup()
+from django.db import connection
+cursor = connection.cursor()
+print("holding", connection.vendor, connection.settings_dict["NAME"], flush=True)
+while True:
+    cursor.execute("BEGIN IMMEDIATE" if connection.vendor == "sqlite" else "BEGIN")
+    if connection.vendor == "postgresql":
+        cursor.execute("SELECT txid_current()")
+    time.sleep(0.3)
+    cursor.execute("ROLLBACK")
+    time.sleep(0.3)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_is_frozen_only_outside_a_transaction(worker_env, tmp_path):
+    """WorkerProcess.freeze (T10's pause) never leaves a process frozen with its locks held: a
+    process that holds a transaction half of the time is frozen in the other half."""
+    import signal
+    import sys
+
+    from tests.harness.workers import ROOT, WorkerProcess, wait_for, writer_elsewhere
+
+    log = tmp_path / "holder.log"
+    with open(log, "w") as out:
+        popen = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=ROOT, env=worker_env, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    holder = WorkerProcess(popen, log)
+    try:
+        wait_for(writer_elsewhere, message=f"the holder's transaction (log: {holder.log()})")
+        holder.freeze()
+        for _ in range(10):  # frozen, it can no longer change what is seen
+            assert not writer_elsewhere()
+            time.sleep(0.1)
+        holder.signal(signal.SIGCONT)
+        wait_for(writer_elsewhere, message="the thawed holder's next transaction")
+    finally:
+        holder.kill()

@@ -114,10 +114,8 @@ def test_a_paused_worker_changes_nothing_after_its_run_was_taken_over(start_work
             "--name", "paused", burst=False, faults=f"after_checkpoint_commit=touch:{reached}+sleep:1@b"
         )
     wait_for(reached.exists, message="the worker to reach the pause point")
-    # Its start-up writes (its first report) are done: SIGSTOP must not freeze it inside a write
-    # transaction, which on SQLite would hold the database's write lock for the whole pause.
     wait_for(lambda: Worker.objects.filter(name="paused").exists(), message="the worker's first report")
-    paused.signal(signal.SIGSTOP)
+    paused.freeze()  # outside any transaction: frozen inside one, it would hold its locks throughout
     try:
         taker = start_worker("--name", "taker")
         assert taker.wait() == 0, taker.log()

@@ -65,11 +65,53 @@ class WorkerProcess:
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
 
+    def freeze(self, attempts: int = 50) -> None:
+        """SIGSTOP the process at a moment it holds no transaction open.
+
+        A process frozen inside a write would keep its locks for the whole pause: on SQLite the
+        database's one write lock, so no other worker could write at all; on PostgreSQL the rows
+        it had locked, which a taker's claim skips. Such a freeze tests the database, not the
+        worker, so it is undone (SIGCONT) and tried again a moment later.
+        """
+        for _ in range(attempts):
+            self.signal(signal.SIGSTOP)
+            if not writer_elsewhere():
+                return
+            self.signal(signal.SIGCONT)
+            time.sleep(0.05)
+        pytest.fail(f"Worker {self.pid} held a transaction open at each of {attempts} tries to freeze it.")
+
     def running(self) -> bool:
         return self.popen.poll() is None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def writer_elsewhere() -> bool:
+    """Whether a connection other than this process's holds a transaction open on the test
+    database (a write lock on SQLite)."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                " AND xact_start IS NOT NULL"
+            )
+            return cursor.fetchone()[0] > 0
+    import sqlite3
+
+    probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        probe.close()
 
 
 def in_threads(target, count: int, timeout: float = 240) -> list[Exception]:
