@@ -69,6 +69,8 @@ def decode(text: str | None) -> Any:
 def replayed(value: Any, text: str) -> Any:
     """What a replay will return for `value`, just stored as `text`: decode(text); for a payload
     stored apart, `value` converted the same way without reading it back (it is in memory)."""
+    if type(value) in _PLAIN and not text.startswith(payloads.PREFIX):
+        return value  # a string, a number, a boolean or None reads back as itself
     if not text.startswith(payloads.PREFIX):
         return decode(text)
     return _from_plain(value if type(value) in _PLAIN else _to_json(value, "value", 0))

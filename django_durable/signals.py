@@ -28,6 +28,8 @@ import logging
 
 from django.dispatch import Signal
 
+from .registry import sender_of
+
 logger = logging.getLogger("django_durable")
 
 run_started = Signal()
@@ -44,16 +46,12 @@ run_emitted = Signal()
 
 def listened(signal: Signal, workflow: str) -> bool:
     """Whether `signal` has receivers for `workflow`: check before decoding what it would carry."""
-    from .registry import sender_of
-
     # No receiver at all, the common case, is one test (a worker sends a signal or two a run).
     return bool(signal.receivers) and signal.has_listeners(sender_of(workflow))
 
 
 def send(signal: Signal, workflow: str, **kwargs) -> None:
     """Send `signal` for the workflow named `workflow`; log, never raise, what a receiver raises."""
-    from .registry import sender_of
-
     if not listened(signal, workflow):
         return
     for receiver, response in signal.send_robust(sender=sender_of(workflow), workflow=workflow, **kwargs):

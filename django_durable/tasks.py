@@ -335,8 +335,10 @@ def heard(signal, own, level: int) -> bool:
     (`own`), or that one with its logger enabled at `level`. A worker builds the TaskResults of
     task_started and task_finished only then: for nobody they were a third of what a task cost it
     beyond its call."""
-    if any(lookup[0] != id(own) for lookup, *_ in signal.receivers):
-        return True
+    own_id = id(own)
+    for lookup, *_ in signal.receivers:
+        if lookup[0] != own_id:
+            return True
     return _tasks_logger.isEnabledFor(level)
 
 

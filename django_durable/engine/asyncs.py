@@ -17,13 +17,26 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from typing import Any
 
 from ..exceptions import StepTimeout
 
 
+_known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fn -> is_async(fn), asked each step
+
+
 def is_async(fn) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    try:
+        return _known[fn]
+    except (KeyError, TypeError):  # not asked yet, or a callable that takes no weak reference
+        pass
+    answer = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    try:
+        _known[fn] = answer
+    except TypeError:
+        pass
+    return answer
 
 
 def call_workflow(fn, context, args, kwargs) -> Any:
