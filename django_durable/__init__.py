@@ -49,6 +49,7 @@ from .registry import workflow
 from .retry import RetryPolicy
 
 __all__ = [
+    "AbandonedValues",
     "ApprovalTimeout",
     "Call",
     "Cancelled",
@@ -131,7 +132,7 @@ _LAZY = {
 _LAZY["ensure_schedule"] = "schedules"
 _LAZY["describe"] = "engine.describe"
 _LAZY["update"] = "services.updates"
-_LAZY["read_stream"] = "services.streams"
+_LAZY["read_stream"] = _LAZY["AbandonedValues"] = "services.streams"
 _LAZY["workflows"] = "catalog"
 _LAZY["cancel_runs_on_delete"] = "subjects"
 _LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")

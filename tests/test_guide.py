@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "patched", "since", "approval", "subject",
                                "view", "async", "fairness"}
 
 
@@ -176,6 +176,29 @@ def test_a_stream_is_read_as_the_guide_says(capsys):
     drain()
     namespace["print_answer"](run.pk)
     assert capsys.readouterr().out == "Durable runs resume."
+
+
+def test_a_live_stream_is_read_as_the_guide_says(capsys, durable_clock):
+    """The retry comes after the default back-off, in the next advance: the marker is written
+    from what the journal says the first attempt wrote."""
+    attempts = []
+
+    def model_tokens(question):
+        attempts.append(question)
+        yield "Durable "
+        if len(attempts) == 1:
+            raise ConnectionError("the model's connection dropped")
+        yield "runs resume."
+
+    namespace = run_example("live-stream", model_tokens=model_tokens)
+    run = durable.start("assistant.live", question="why?")
+    drain()
+    assert Step.objects.get(run=run, key="draft").status == "retrying"
+    durable_clock.advance(seconds=120)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Durable runs resume."
+    namespace["print_live"](run.pk)
+    assert capsys.readouterr().out == "Durable \n[attempt 1 of draft stopped; again:]\nDurable runs resume."
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

@@ -9,13 +9,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import clock, ids, registry, serialization, telemetry
 from ..journal import fingerprint
 from ..exceptions import ChildFailed, StepFailed
 from ..interrupts import CompensationFailed, Suspend
 from ..retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .live import StepStreams
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,36 @@ class StepInfo:
     workflow: str
     key: str
     attempt: int
+
+    def write_stream(self, name: str, value: Any) -> None:
+        """Append `value` (JSON) to the run's stream `name` now, while the step runs: committed at
+        once, so durable.read_stream() and the run's event stream give it before the step returns.
+
+        Each value carries the step's key and attempt. When the step runs again (it raised and is
+        retried, or its worker died), each stream this attempt wrote to first gets a marker that
+        says so (durable.AbandonedValues), then the new attempt's values: readers never get a value
+        twice without being told. From a step's own code only (not an atomic step, whose writes
+        would commit with it, nor a parallel branch); in an async step, ``await awrite_stream()``.
+        """
+        streams = _streams.get()
+        if _current.get() is not self:
+            raise RuntimeError("write_stream() is for the step's own code while it runs (durable.current_step()).")
+        if streams is None:
+            raise RuntimeError(
+                f"Step {self.key!r} cannot write to its run's streams while it runs: it is atomic (its writes commit "
+                f"with it, not as they happen) or a parallel branch. Return the values and write them from the "
+                f"workflow with ctx.write_stream()."
+            )
+        if _in_event_loop():
+            raise TypeError("An async step writes with `await durable.current_step().awrite_stream(name, value)`.")
+        streams.write(name, value)
+
+    async def awrite_stream(self, name: str, value: Any) -> None:
+        """write_stream() for an async step: the write runs in a thread of its own (with a
+        database connection of its own, closed when the step ends), as the async ORM's queries do."""
+        from .live import awrite
+
+        await awrite(_streams.get(), self.write_stream, name, value)
 
     @property
     def previous_error(self) -> dict | None:
@@ -50,6 +83,18 @@ _current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("dura
 _claim: contextvars.ContextVar[Any] = contextvars.ContextVar("durable_claim", default=None)
 # The error of the running step's attempt before this one (JSON text), for StepInfo.previous_error.
 _previous: contextvars.ContextVar[str | None] = contextvars.ContextVar("durable_previous_error", default=None)
+# The running step's writer to its run's streams (engine/live.py), None where it may not write.
+_streams: contextvars.ContextVar[StepStreams | None] = contextvars.ContextVar("durable_step_streams", default=None)
+
+
+def _in_event_loop() -> bool:
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def get_current_step() -> StepInfo | None:
@@ -58,8 +103,10 @@ def get_current_step() -> StepInfo | None:
 
 
 @contextmanager
-def current_step(run_id, workflow: str, key: str, attempt: int, claim=None, previous: str | None = None):
+def current_step(run_id, workflow: str, key: str, attempt: int, claim=None, previous: str | None = None,
+                 streams: StepStreams | None = None):
     token = _current.set(StepInfo(run_id, workflow, key, attempt))
+    streams_token = _streams.set(streams)
     previous_token = _previous.set(previous)
     claim_token = _claim.set(claim)
     try:
@@ -67,6 +114,7 @@ def current_step(run_id, workflow: str, key: str, attempt: int, claim=None, prev
     finally:
         _previous.reset(previous_token)
         _claim.reset(claim_token)
+        _streams.reset(streams_token)
         _current.reset(token)
 
 

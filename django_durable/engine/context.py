@@ -18,7 +18,7 @@ from ..databases import writes_only_to
 from ..exceptions import CODE_FAILURES, ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
 from ..interrupts import CancelRequested, Suspend
 from ..retry import RetryPolicy
-from . import asyncs
+from . import asyncs, live
 from .composition import Composition, current_step, step_timeout
 from .flow import Flow
 from ..journal import as_datetime
@@ -47,7 +47,8 @@ class Context(Waits, Composition, Flow):
         self._retry = retry
         self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
         self._counters: dict[str, int] = {}
-        self._used: dict[str, str] = {}  # key -> what used it in this replay, for a clash's message
+        self._live = live.Index(journal)  # what steps wrote to streams while they ran
+        self._used: dict[str, str] = dict.fromkeys(self._live.reached, live.REACHED)  # key -> what used it
         self._compensations: list[tuple[str, Callable, Any]] = []  # (key, undo, result), in order
         self._failures: dict[str, str] = {}  # key -> the error of its last attempt retried at once
         self._prints: dict[str, str | None] = {}  # key -> the fingerprint of its call in this replay
@@ -116,11 +117,14 @@ class Context(Waits, Composition, Flow):
                 running = self._record(key, name, "running", None, self._earlier_error(key), started, attempt,
                                        deadline=deadline, kind=kind, write=None)
             self._session.before_step(key, running)
+            if self._live.writers:
+                live.abandon_earlier(self, key)  # what an earlier attempt wrote to streams
             if faults.active:
                 faults.hit("before_step_call", key)
             # The alarm covers the step's own code only, never the engine's checkpoint write. An
             # async step's deadline is its own (asyncio.wait_for), which cancels it cleanly.
-            covered = self._covered(None if asynchronous else deadline, key, attempt, cancellable)
+            covered = self._covered(None if asynchronous else deadline, key, attempt, cancellable,
+                                    None if atomic else live.StepStreams(self, key, attempt))
             try:
                 if atomic:
                     return self._attempt_atomic(key, name, started, attempt, fn, args, kwargs, kind, covered)
@@ -149,13 +153,17 @@ class Context(Waits, Composition, Flow):
             deadline = None
 
     @contextmanager
-    def _covered(self, deadline, key, attempt, cancellable):
+    def _covered(self, deadline, key, attempt, cancellable, streams=None):
         """The step's own code runs here: under its alarm, with durable.current_step() set."""
         with self._session.alarm(deadline, key, cancellable=cancellable), \
                 current_step(self.run_id, self.workflow, key, attempt, self._session.claim,
-                             self._earlier_error(key) if attempt > 1 else None), \
+                             self._earlier_error(key) if attempt > 1 else None, streams), \
                 telemetry.step_span(self.run_id, self.workflow, key, attempt):
-            yield
+            try:
+                yield
+            finally:
+                if streams is not None:
+                    streams.done()
 
     def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):
         with transaction.atomic(using=self._session.db):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
@@ -29,12 +30,28 @@ SHOWN = {"step": "step", "child": "step", "rollback": "step", "emit": "emit", "l
 FINAL = ("completed", "failed")
 
 
-def read_stream(run_id, name: str, *, timeout: float | None = None) -> Iterator[Any]:
-    """The values the run writes to its stream `name` (ctx.write_stream()), in order, as they come.
+@dataclass(frozen=True)
+class AbandonedValues:
+    """What durable.read_stream() gives when a step that wrote to the stream while it ran
+    (StepInfo.write_stream) runs again: the last `values` values it gave from that step came from
+    an attempt that did not finish (`attempt` of the step, in the run's `delivery`). The values
+    after this are the next attempt's."""
 
-    Ends after the stream is closed (ctx.close_stream()) or the run has ended and every value was
-    given. Raise WaitTimeout when no value comes for `timeout` seconds (None: wait as long as the
-    run goes on), WorkflowNotFound for an unknown run.
+    step: str
+    attempt: int | None
+    delivery: int | None
+    values: int
+
+
+def read_stream(run_id, name: str, *, timeout: float | None = None) -> Iterator[Any]:
+    """The values the run writes to its stream `name` (ctx.write_stream(), and a step's
+    durable.current_step().write_stream()), in order, as they come.
+
+    When a step that wrote values while it ran runs again, an AbandonedValues comes before the
+    new attempt's values: how many of the values given were that unfinished attempt's. Ends after
+    the stream is closed (ctx.close_stream()) or the run has ended and every value was given.
+    Raise WaitTimeout when no value comes for `timeout` seconds (None: wait as long as the run
+    goes on), WorkflowNotFound for an unknown run.
     """
     check_name(name, "stream")
     pk = run_pk(run_id)
@@ -54,6 +71,11 @@ def read_stream(run_id, name: str, *, timeout: float | None = None) -> Iterator[
                 body = serialization.decode(text)
                 if body.get("closed"):
                     return
+                abandoned = body.get("abandoned")
+                if abandoned is not None:
+                    yield AbandonedValues(abandoned["step"], abandoned.get("attempt"), abandoned.get("delivery"),
+                                          abandoned["values"])
+                    continue
                 yield body.get("value")
             if rows:
                 waited_since = time.monotonic()
@@ -186,7 +208,11 @@ def _event_data(seq, key, kind, name, status, result, payloads: bool) -> dict:
     if kind == "stream":
         body = serialization.decode(result) or {}
         data.update(name=name, closed=bool(body.get("closed")))
-        if payloads and not body.get("closed"):
+        if "abandoned" in body:
+            data["abandoned"] = body["abandoned"]  # the step's unfinished attempt: its values are void
+        elif "step" in body:  # written by a step while it ran
+            data.update(step=body["step"], attempt=body.get("attempt"), delivery=body.get("delivery"))
+        if payloads and not body.get("closed") and "abandoned" not in body:
             data["value"] = body.get("value")
     elif kind == "log":
         body = serialization.decode(result) or {}

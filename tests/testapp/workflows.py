@@ -164,6 +164,42 @@ def block_in_b(ctx, reached, release):
     return "done"
 
 
+def speak(words, fail_after=None, hold_dir=None, hold_at=0):
+    """A step that writes each of `words` to the stream "tokens" as it goes (an LLM answering).
+
+    With `fail_after`, its first attempt raises after that many words. With `hold_dir`, its first
+    execution touches <dir>/held after writing word `hold_at` and waits for <dir>/go (a test reads
+    the stream, or kills the worker, meanwhile); later executions go straight through."""
+    info = durable.current_step()
+    for i, word in enumerate(words):
+        info.write_stream("tokens", word)
+        if hold_dir and i == hold_at and not os.path.exists(os.path.join(hold_dir, "held")):
+            with open(os.path.join(hold_dir, "held"), "w"):
+                pass
+            wait_for_file(os.path.join(hold_dir, "go"))
+        if fail_after is not None and i + 1 == fail_after and info.attempt == 1:
+            raise RuntimeError(f"failed after {fail_after} words")
+    return " ".join(words)
+
+
+async def aspeak(words):
+    info = durable.current_step()
+    for word in words:
+        await info.awrite_stream("tokens", word)
+    return " ".join(words)
+
+
+@durable.workflow("tests.speaker", retry=durable.RetryPolicy(max_attempts=3, initial_backoff=0))
+def speaker(ctx, words, fail_after=None, hold_dir=None, hold_at=0, asynchronous=False):
+    ctx.step("prepare", mark, ctx.run_id, "prepare")
+    if asynchronous:
+        answer = ctx.step("answer", aspeak, words)
+    else:
+        answer = ctx.step("answer", speak, words, fail_after, hold_dir, hold_at)
+    ctx.write_stream("tokens", "[done]")
+    return answer
+
+
 @durable.workflow("tests.sleep_in_b")
 def sleep_in_b(ctx, seconds, reached=None):
     ctx.step("a", mark, ctx.run_id, "a")
