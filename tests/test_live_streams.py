@@ -119,8 +119,18 @@ def sync_write_in_async(ctx):
     ctx.step("async", _write_sync_in_async)
 
 
+def _write_in_branch():
+    durable.current_step().write_stream("tokens", "x")
+
+
+@durable.workflow("tests.live_in_branch")
+def live_in_branch(ctx):
+    ctx.parallel([ctx.call("one", _write_in_branch, retry=durable.RetryPolicy(max_attempts=1))])
+
+
 @pytest.mark.parametrize("workflow, message", [
     ("tests.live_in_atomic", "cannot write to its run's streams while it runs: it is atomic"),
+    ("tests.live_in_branch", "or a parallel branch"),
     ("tests.sync_write_in_async", "awrite_stream"),
 ])
 def test_a_write_where_it_cannot_be_live_is_refused(db, workflow, message):
