@@ -43,7 +43,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "patched", "since", "approval", "subject",
                                "view", "async", "fairness"}
 
 
@@ -199,6 +199,29 @@ def test_a_live_stream_is_read_as_the_guide_says(capsys, durable_clock):
     assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Durable runs resume."
     namespace["print_live"](run.pk)
     assert capsys.readouterr().out == "Durable \n[attempt 1 of draft stopped; again:]\nDurable runs resume."
+
+
+@pytest.mark.django_db(transaction=True)  # an agent's steps write on a thread of their own
+def test_an_agent_runs_as_the_guide_says():
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel
+
+    async def model(messages, info):
+        if not any(part.part_kind == "tool-return" for message in messages for part in getattr(message, "parts", [])):
+            yield {0: DeltaToolCall(name="order_status", json_args='{"order_id": 7}', tool_call_id="c1")}
+            return
+        for piece in ["Your order ", "has shipped."]:
+            yield piece
+
+    run_example("agent", model=FunctionModel(stream_function=model))
+    run = durable.start("support.answer", "where is order 7?")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    assert finished.get_result() == "Your order has shipped."
+    assert list(durable.read_stream(run.pk, "answer")) == ["Your order ", "has shipped."]
+    keys = set(Step.objects.filter(run=run, kind="step").values_list("key", flat=True))
+    assert "support__function_toolset__<agent>.call_tool:order_status:0" in keys, keys
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

@@ -9,7 +9,7 @@ from the bottom up (docs/internals.md, "Layers"):
 2. what works on tables without the workpool: approvers, partitioning;
 3. the workpool: claims, fenced writes, a run's transitions, wakeups, reaping;
 4. the engine: replay and the context (nothing from services/, tasks.py or above);
-5. what the surfaces call: services/, schedules, tasks.py, the catalog, checks, retention, ...;
+5. what the surfaces call: services/, schedules, tasks.py, contrib/, the catalog, checks, retention, ...;
 6. the surfaces and the processes: admin/, api/, views, the worker, the management commands.
 """
 
@@ -28,7 +28,7 @@ LAYERS = [
     {"workpool", "workpool.*"},
     {"engine", "engine.*"},
     {"services", "services.*", "schedules", "tasks", "catalog", "checks", "replaycheck", "export", "retention",
-     "stats", "subjects"},
+     "stats", "subjects", "contrib", "contrib.*"},
     {"", "apps", "testing", "pytest_plugin", "urls", "views", "metrics", "health", "admin", "admin.*", "api", "api.*",
      "worker", "worker.*", "management", "management.*", "templatetags", "templatetags.*"},
 ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import functools
 import logging
+import threading
 import random as _random
 import traceback
 import uuid as _uuid
@@ -11,7 +14,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from .. import conf, faults, serialization, telemetry
 from ..databases import writes_only_to
@@ -48,6 +51,7 @@ class Context(Waits, Composition, Flow):
         self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
         self._counters: dict[str, int] = {}
         self._live = live.Index(journal)  # what steps wrote to streams while they ran
+        self._on_loop = threading.Lock()  # astep() awaited on a running loop: one step at a time
         self._used: dict[str, str] = dict.fromkeys(self._live.reached, live.REACHED)  # key -> what used it
         self._compensations: list[tuple[str, Callable, Any]] = []  # (key, undo, result), in order
         self._failures: dict[str, str] = {}  # key -> the error of its last attempt retried at once
@@ -320,8 +324,33 @@ class Context(Waits, Composition, Flow):
         return serialization.decode(entry.result)
 
     async def astep(self, key: str, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        """step(), to await in an async workflow (the step runs when awaited; sync or async `fn`)."""
-        return self.step(key, fn, *args, **kwargs)
+        """step(), to await in an async workflow (the step runs when awaited; sync or async `fn`).
+
+        Awaited on a running event loop (an agent framework's, inside a sync workflow: see
+        django_durable.contrib.pydantic_ai), the step's own machinery runs on a thread of its own,
+        one such step at a time, while an async `fn` runs on that loop (its clients are bound to
+        it) with durable.current_step() set.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self.step(key, fn, *args, **kwargs)  # an async workflow, driven without a loop
+        call = fn
+        if asyncs.is_async(fn):
+            @functools.wraps(fn)
+            def call(*a, **k):
+                # run_coroutine_threadsafe takes this thread's context into the task it makes.
+                return asyncio.run_coroutine_threadsafe(fn(*a, **k), loop).result()
+
+        def one():
+            try:
+                with self._on_loop:
+                    return self.step(key, call, *args, **kwargs)
+            finally:
+                connections.close_all()  # this thread's: the loop's executor outlives no run
+
+
+        return await asyncio.to_thread(one)
 
     # -- recorded values ------------------------------------------------------------------------
 

@@ -1,0 +1,125 @@
+"""pydantic-ai agents as durable runs (django_durable.contrib.pydantic_ai): each model request and
+tool call a step, replayed and never repeated once recorded; the model's text streamed live."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.models.function import FunctionModel  # noqa: E402
+
+import django_durable as durable  # noqa: E402
+from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent, stream_text  # noqa: E402
+from django_durable.models import Step, WorkflowRun  # noqa: E402
+from django_durable.replaycheck import check_run  # noqa: E402
+from django_durable.testing import drain  # noqa: E402
+from tests.harness.workers import wait_for  # noqa: E402
+from tests.testapp import ledger  # noqa: E402
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the steps write on threads of their own
+
+
+def test_each_model_request_and_tool_call_is_a_step():
+    run = durable.start("tests.support_agent", "where is my order?")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    assert finished.get_result() == "Your order: order 7 shipped"
+    keys = list(Step.objects.filter(run=run).order_by("seq").values_list("key", flat=True))
+    assert keys == ["support__model.request:0", "support__function_toolset__<agent>.call_tool:look_up:0",
+                    "support__model.request:1", "after"]
+    assert ledger.counts("agent") == {"model": 2, "tool": 1}
+
+
+def test_a_replay_of_the_agent_makes_no_request_and_calls_no_tool():
+    run = durable.start("tests.support_agent", "where is my order?")
+    drain()
+    verdict = check_run(WorkflowRun.objects.get(pk=run.pk))
+    assert verdict.ok, verdict
+    assert ledger.counts("agent") == {"model": 2, "tool": 1}  # the replay took every result from the journal
+
+
+def test_an_async_tool_runs_on_the_agents_own_loop():
+    loops = []
+
+    async def where(ctx_loop: str) -> str:
+        loops.append(asyncio.get_running_loop())
+        return "here"
+
+    def model(messages, info):
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+
+        if any(part.part_kind == "tool-return" for message in messages for part in getattr(message, "parts", [])):
+            return ModelResponse(parts=[TextPart(content="done")])
+        return ModelResponse(parts=[ToolCallPart(tool_name="where", args={"ctx_loop": "?"}, tool_call_id="c1")])
+
+    agent = Agent(FunctionModel(model), name="looped", tools=[where], capabilities=[DjangoDurability()])
+    seen = []
+
+    @durable.workflow("tests.agent_on_its_loop")
+    def on_its_loop(ctx):
+        from django_durable.contrib.pydantic_ai import agent_run
+
+        async def go():
+            seen.append(asyncio.get_running_loop())
+            return (await agent.run("where?")).output
+
+        with agent_run(ctx):
+            return asyncio.run(go())
+
+    run = durable.start("tests.agent_on_its_loop")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    assert loops and loops[0] is seen[0]
+
+
+def test_the_models_text_streams_to_the_runs_stream():
+    async def chunks(messages, info):
+        for piece in ["Durable ", "agents ", "resume."]:
+            yield piece
+
+    agent = Agent(FunctionModel(stream_function=chunks), name="streaming",
+                  capabilities=[DjangoDurability(event_stream_handler=stream_text("answer"))])
+
+    @durable.workflow("tests.streaming_agent")
+    def streaming_agent(ctx, question):
+        return run_agent(ctx, agent, question)
+
+    run = durable.start("tests.streaming_agent", "why?")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    assert finished.get_result() == "Durable agents resume."
+    assert list(durable.read_stream(run.pk, "answer")) == ["Durable ", "agents ", "resume."]
+    entries = Step.objects.filter(run=run, kind="stream").values_list("result", flat=True)
+    assert all('"step":"streaming__model.request_stream:0"' in text for text in entries), list(entries)
+
+
+def test_outside_a_workflow_the_agent_runs_as_a_plain_agent():
+    from pydantic_ai.messages import ModelResponse, TextPart
+
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart(content="hi")])), name="plain",
+                  capabilities=[DjangoDurability()])
+    assert asyncio.run(agent.run("hello?")).output == "hi"  # in a shell or a test: no run, no steps
+    assert not Step.objects.exists()
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(360)
+def test_a_worker_killed_in_a_tool_call_makes_no_completed_request_again(start_worker, tmp_path):
+    """RELIABILITY T52: SIGKILL while the agent's tool runs; the next worker replays the first
+    model request from the journal, runs the tool call that was in flight again, then the rest."""
+    hold = str(tmp_path / "hold")
+    run = durable.start("tests.support_agent", "where is my order?")
+    first = start_worker(burst=False, env={"DURABLE_TEST_AGENT_HOLD": hold})
+    wait_for(lambda: (tmp_path / "hold.held").exists(), timeout=150, message="the tool call to start")
+    first.kill()
+    second = start_worker(env={"DURABLE_TEST_AGENT_HOLD": hold})
+    assert second.wait(150) == 0, second.log()
+    assert durable.wait(run.pk, timeout=1) == "Your order: order 7 shipped"
+    assert ledger.counts("agent") == {"model": 2, "tool": 2}  # the request once; the tool in flight twice
+    assert ledger.counts(run.pk) == {"after": 1}
