@@ -18,7 +18,7 @@ from django_durable.models import Step, WorkflowRun  # noqa: E402
 from django_durable.replaycheck import check_run  # noqa: E402
 from django_durable.testing import drain  # noqa: E402
 from tests.harness.workers import wait_for  # noqa: E402
-from tests.testapp import ledger  # noqa: E402
+from tests.testapp import agents, ledger  # noqa: E402,F401 - agents registers tests.support_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the steps write on threads of their own
 
@@ -115,10 +115,10 @@ def test_a_worker_killed_in_a_tool_call_makes_no_completed_request_again(start_w
     model request from the journal, runs the tool call that was in flight again, then the rest."""
     hold = str(tmp_path / "hold")
     run = durable.start("tests.support_agent", "where is my order?")
-    first = start_worker(burst=False, env={"DURABLE_TEST_AGENT_HOLD": hold})
+    first = start_worker(burst=False, env={"DURABLE_TEST_AGENT_HOLD": hold, "DURABLE_TEST_AGENTS": "1"})
     wait_for(lambda: (tmp_path / "hold.held").exists(), timeout=150, message="the tool call to start")
     first.kill()
-    second = start_worker(env={"DURABLE_TEST_AGENT_HOLD": hold})
+    second = start_worker(env={"DURABLE_TEST_AGENT_HOLD": hold, "DURABLE_TEST_AGENTS": "1"})
     assert second.wait(150) == 0, second.log()
     assert durable.wait(run.pk, timeout=1) == "Your order: order 7 shipped"
     assert ledger.counts("agent") == {"model": 2, "tool": 2}  # the request once; the tool in flight twice

@@ -982,41 +982,7 @@ def fails_once_as_a_run(ctx):
     return ctx.step("flaky", fails_on_the_first_run_attempt, ctx.attempt)
 
 
-try:  # the pydantic-ai integration's workflows (tests/test_pydantic_ai.py), where it is installed
-    from pydantic_ai import Agent as _Agent
-    from pydantic_ai.messages import ModelResponse as _Response
-    from pydantic_ai.messages import TextPart as _Text
-    from pydantic_ai.messages import ToolCallPart as _ToolCall
-    from pydantic_ai.models.function import FunctionModel as _FunctionModel
-
-    from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent
-
-    def _support_model(messages, info):
-        """Asks for the order once, then answers with what the tool returned; each request in the ledger."""
-        ledger.record("agent", "model")
-        returned = [part for message in messages for part in getattr(message, "parts", [])
-                    if part.part_kind == "tool-return"]
-        if not returned:
-            return _Response(parts=[_ToolCall(tool_name="look_up", args={"order_id": 7}, tool_call_id="call-1")])
-        return _Response(parts=[_Text(content=f"Your order: {returned[0].content}")])
-
-    support = _Agent(_FunctionModel(_support_model), name="support", capabilities=[DjangoDurability()])
-
-    @support.tool_plain
-    def look_up(order_id: int) -> str:
-        """With DURABLE_TEST_AGENT_HOLD, its first call touches <hold>.held and waits for <hold>.go."""
-        ledger.record("agent", "tool")
-        hold = os.environ.get("DURABLE_TEST_AGENT_HOLD")
-        if hold and not os.path.exists(hold + ".held"):
-            with open(hold + ".held", "w"):
-                pass
-            wait_for_file(hold + ".go")
-        return f"order {order_id} shipped"
-
-    @durable.workflow("tests.support_agent")
-    def support_agent(ctx, question):
-        answer = run_agent(ctx, support, question)
-        ctx.step("after", mark, ctx.run_id, "after")
-        return answer
-except ImportError:
-    pass
+if os.environ.get("DURABLE_TEST_AGENTS"):
+    # The pydantic-ai agent's workflow (tests/test_pydantic_ai.py) only where a test asks for it:
+    # importing pydantic-ai takes about 2 s, which every other worker process would pay.
+    from . import agents  # noqa: F401
