@@ -15,6 +15,7 @@ import pytest
 import django_durable as durable
 from django_durable.models import Worker, WorkflowEvent, WorkflowRun
 from django_durable.testing import drain
+from tests.harness.workers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
@@ -205,11 +206,10 @@ def test_the_admin_reads_right_at_1400_pixels(browser, live_server, django_user_
     # A run's steps: short values on one line, no box that scrolls, no word cut in two.
     for run in (showcase, money):
         browser.get(f"{live_server.url}/admin/django_durable/workflowrun/{run.pk}/change/")
-        boxes = browser.execute_script("""
+        boxes = wait_for(lambda: browser.execute_script("""
             return [...document.querySelectorAll('.durable-value')].map(e =>
               [e.textContent, e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1,
-               e.getClientRects().length]);""")
-        assert boxes, "no step values shown"
+               e.getClientRects().length]);"""), timeout=30, message="the step values to be shown")
         for text, scrolls, _ in boxes:
             assert not scrolls, text
         assert browser.execute_script("return document.documentElement.scrollWidth") <= inner
