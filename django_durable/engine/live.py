@@ -87,11 +87,10 @@ class StepStreams:
         text = serialization.encode(body, what=f"a value of the stream {name!r}", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
         index = context._live
         with index.lock:  # a value's seq is taken and committed in one go: readers never skip one
-            digest = step_digest(self.key)
-            if self.writer is None:
-                self.writer = secrets.token_hex(4)
-            info = index.writer(digest, self.writer)
-            key = f"{PREFIX}{digest}:{self.writer}:{self.count}"
+            if self.writer is None:  # this attempt's first value: its name in the keys
+                self.writer = f"{step_digest(self.key)}:{secrets.token_hex(4)}"
+            info = index.writer(*self.writer.split(":"))
+            key = f"{PREFIX}{self.writer}:{self.count}"
             context._record(key, name, "completed", text, None, context._session.now(), 1, kind="stream", write="now")
             self.count += 1
             context._used[key] = REACHED
