@@ -3,6 +3,7 @@ as written, with the helper functions it calls defined here, and what the guide 
 
 import datetime as dt
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "agent-approval", "patched", "since", "approval", "subject",
                                "view", "async", "fairness"}
 
 
@@ -222,6 +223,45 @@ def test_an_agent_runs_as_the_guide_says():
     assert list(durable.read_stream(run.pk, "answer")) == ["Your order ", "has shipped."]
     keys = set(Step.objects.filter(run=run, kind="step").values_list("key", flat=True))
     assert "support__function_toolset__<agent>.call_tool:order_status:0" in keys, keys
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agents_tool_waits_for_approval_as_the_guide_says(django_user_model):
+    from django.contrib.auth.models import Permission
+
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent
+
+    def model(messages, info):
+        returned = [part for message in messages for part in getattr(message, "parts", [])
+                    if part.part_kind == "tool-return"]
+        if not returned:
+            return ModelResponse(parts=[ToolCallPart("refund", {"order_id": 7, "amount": 20}, tool_call_id="r1")])
+        return ModelResponse(parts=[TextPart(f"Done: {returned[0].content}")])
+
+    refunded = []
+
+    class Order:
+        class objects:
+            @staticmethod
+            def get(pk):
+                return types.SimpleNamespace(refund=lambda amount: refunded.append((pk, amount)))
+
+    support = Agent(FunctionModel(model), name="support", capabilities=[DjangoDurability()])
+    run_example("agent-approval", support=support, run_agent=run_agent, Order=Order)
+    run = durable.start("support.answer", "refund order 7")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "waiting" and refunded == []
+    approver = django_user_model.objects.create_user("ann", "ann@example.com", "a-long-password")
+    approver.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="orders"))
+    durable.decide(run.pk, "support__approval:refund:0", django_user_model.objects.get(pk=approver.pk), approve=True)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Done: refunded 20"
+    assert refunded == [(7, 20)]
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

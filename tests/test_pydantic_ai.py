@@ -30,7 +30,7 @@ def test_each_model_request_and_tool_call_is_a_step():
     assert finished.status == "completed", finished.error
     assert finished.get_result() == "Your order: order 7 shipped"
     keys = list(Step.objects.filter(run=run).order_by("seq").values_list("key", flat=True))
-    assert keys == ["support__model.request:0", "support__function_toolset__<agent>.call_tool:look_up:0",
+    assert keys == ["note:0", "support__model.request:0", "support__function_toolset__<agent>.call_tool:look_up:0",
                     "support__model.request:1", "after"]
     assert ledger.counts("agent") == {"model": 2, "tool": 1}
 
@@ -123,3 +123,183 @@ def test_a_worker_killed_in_a_tool_call_makes_no_completed_request_again(start_w
     assert durable.wait(run.pk, timeout=1) == "Your order: order 7 shipped"
     assert ledger.counts("agent") == {"model": 2, "tool": 2}  # the request once; the tool in flight twice
     assert ledger.counts(run.pk) == {"after": 1}
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(360)
+def test_a_worker_killed_after_an_approved_refund_does_not_refund_again(start_worker, tmp_path, approver):
+    """RELIABILITY T52: the run waits for the refund's approval with no worker holding it; once
+    approved, the refund runs, and the worker is SIGKILLed in the model request after it. The next
+    worker replays the first request, the approval and the refund from the journal: the refund ran
+    once, and only the request in flight is made again."""
+    from django_durable.models import Approval
+
+    hold = str(tmp_path / "hold")
+    env = {"DURABLE_TEST_AGENT_HOLD": hold, "DURABLE_TEST_AGENTS": "1"}
+    run = durable.start("tests.refund_agent")
+    first = start_worker(burst=False, env=env)
+    wait_for(lambda: Approval.objects.filter(run=run).exists(), timeout=150, message="the refund's approval to open")
+    durable.decide(run.pk, "refunder__approval:refund:0", approver, approve=True)
+    wait_for(lambda: (tmp_path / "hold.held").exists(), timeout=150, message="the request after the refund to start")
+    first.kill()
+    second = start_worker(env=env)
+    assert second.wait(150) == 0, second.log()
+    assert durable.wait(run.pk, timeout=1) == "Done: refunded 30 on order 7"
+    assert ledger.counts("refund-agent") == {"model": 3, "refund": 1}  # the request in flight twice
+    assert Step.objects.get(run=run, key="refunder__function_toolset__<agent>.call_tool:refund:0").attempts == 1
+
+
+@pytest.fixture
+def approver(django_user_model):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("alice", "alice@example.com", "a-long-password", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="testapp"))
+    return django_user_model.objects.get(pk=user.pk)
+
+
+def test_a_tool_that_needs_approval_waits_for_someone_with_the_permission(approver, django_user_model):
+    from django.core.exceptions import PermissionDenied
+
+    from django_durable.models import Approval
+
+    run = durable.start("tests.refund_agent")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "waiting"
+    approval = Approval.objects.get(run=run)
+    assert (approval.key, approval.permission, approval.data["tool"], approval.data["args"]) == (
+        "refunder__approval:refund:0", "testapp.approve_refund", "refund", {"order_id": 7, "amount": 30})
+    assert ledger.counts("refund-agent") == {"model": 1}  # asked; the tool has not run
+    bob = django_user_model.objects.create_user("bob", "bob@example.com", "a-long-password", is_staff=True)
+    with pytest.raises(PermissionDenied):
+        durable.decide(run.pk, approval.key, bob, approve=True)
+    durable.decide(run.pk, approval.key, approver, approve=True)
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    assert finished.get_result() == "Done: refunded 30 on order 7"
+    assert ledger.counts("refund-agent") == {"model": 2, "refund": 1}
+    assert check_run(finished).ok  # the replay neither asks again nor refunds again
+    assert ledger.counts("refund-agent") == {"model": 2, "refund": 1}
+
+
+def test_a_rejected_tool_call_tells_the_model_and_does_not_run(approver):
+    run = durable.start("tests.refund_agent")
+    drain()
+    durable.decide(run.pk, "refunder__approval:refund:0", approver, approve=False, comment="over the limit")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    assert finished.get_result() == "Done: The tool call was denied by alice: over the limit"
+    assert ledger.counts("refund-agent") == {"model": 2}
+
+
+def test_a_tool_that_needs_approval_without_approvers_fails_the_run_saying_so():
+    @durable.workflow("tests.refund_agent_unguarded")
+    def unguarded(ctx):
+        return run_agent(ctx, agents.refunder, "refund")
+
+    run = durable.start("tests.refund_agent_unguarded")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "failed"
+    assert "was given no approvers" in finished.get_error()["message"]
+    problems = durable.describe("tests.refund_agent_unguarded")["problems"]
+    assert any("needs approval and no approvers" in problem for problem in problems), problems
+
+
+def _failing_agent(name, error):
+    """A workflow `tests.<name>` running an agent whose first model request raises `error`, and
+    the attempts its model saw (the second answers)."""
+    calls = []
+
+    def model(messages, info):
+        from pydantic_ai.messages import ModelResponse, TextPart
+
+        calls.append(len(calls) + 1)
+        if len(calls) == 1:
+            raise error
+        return ModelResponse(parts=[TextPart(content="after the wait")])
+
+    agent = Agent(FunctionModel(model), name=name, capabilities=[DjangoDurability()])
+    durable.workflow(f"tests.{name}")(lambda ctx: run_agent(ctx, agent, "hi"))
+    return calls
+
+
+def test_a_rate_limited_request_is_tried_again_when_the_provider_said():
+    import datetime as dt
+
+    from pydantic_ai.exceptions import ModelHTTPError, ModelRateLimitError
+
+    from django_durable.testing import clock
+
+    calls = _failing_agent("limited", ModelHTTPError.for_category(
+        ModelRateLimitError, status_code=429, model_name="gpt-4o", headers={"retry-after": "120"}))
+    with clock() as frozen:
+        run = durable.start("tests.limited")
+        drain()
+        step = Step.objects.get(run=run, key="limited__model.request:0")
+        assert step.status == "retrying" and calls == [1]
+        assert "asked to wait 120 s" in step.error, step.error
+        assert step.retry_at == frozen.now + dt.timedelta(seconds=120)  # the provider's wait, not the back-off
+        frozen.advance(seconds=119)
+        drain()
+        assert calls == [1]
+        frozen.advance(seconds=2)
+        drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == "after the wait"
+    assert calls == [1, 2]
+
+
+def test_a_request_the_provider_rejects_is_not_tried_again():
+    from pydantic_ai.exceptions import ModelAuthenticationError, ModelHTTPError
+
+    calls = _failing_agent("rejected", ModelHTTPError.for_category(
+        ModelAuthenticationError, status_code=401, model_name="gpt-4o", body={"error": "bad key"}))
+    run = durable.start("tests.rejected")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "failed"
+    assert calls == [1]
+
+
+def test_usage_and_cost_are_read_from_the_journal(approver):
+    from django_durable.contrib import agent_journal
+
+    run = durable.start("tests.refund_agent")
+    drain()
+    durable.decide(run.pk, "refunder__approval:refund:0", approver, approve=True)
+    drain()
+    turns, usage = agent_journal.read(Step.objects.filter(run=run).order_by("seq"))
+    assert [(turn.kind, turn.tool, turn.text, turn.status) for turn in turns] == [
+        ("prompt", "", "refund my order", "completed"), ("tool_call", "refund", "", ""),
+        ("approval", "refund", "alice", "approved"), ("tool_result", "refund", "refunded 30 on order 7", "completed"),
+        ("text", "", "Done: refunded 30 on order 7", "")]
+    assert (usage.requests, usage.models, usage.unpriced) == (2, ["gpt-4o"], 0)
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    expected = (usage.input_tokens * 2.5 + usage.output_tokens * 10) / 1_000_000  # gpt-4o's price per token
+    assert abs(float(usage.cost) - expected) < 1e-9, (usage.cost, expected)
+
+
+def test_the_shape_shows_the_agents_loop_and_who_approves():
+    shape = durable.describe("tests.refund_agent")
+    assert shape["problems"] == []
+    node = shape["shape"][0]
+    assert (node["type"], node["agent"], node["model"], node["tools"]) == ("agent", "refunder", "function:gpt-4o",
+                                                                          ["refund"])
+    assert node["approvals"] == [{"name": "refund", "approvers": "permission testapp.approve_refund"}]
+
+
+def test_the_admin_reads_an_agent_run_as_a_conversation(approver, admin_client):
+    run = durable.start("tests.refund_agent")
+    drain()
+    durable.decide(run.pk, "refunder__approval:refund:0", approver, approve=True)
+    drain()
+    page = admin_client.get(f"/admin/django_durable/workflowrun/{run.pk}/change/").content.decode()
+    conversation = page[page.index('id="durable-conversation"'):page.index("</ol>", page.index('id="durable-conversation"'))]
+    order = ["refund my order", "calls</strong> <code>refund</code>", "approved", "refunded 30 on order 7",
+             "Done: refunded 30 on order 7"]
+    positions = [conversation.find(text) for text in order]
+    assert -1 not in positions and positions == sorted(positions), positions
+    assert "2 model requests" in page and "cost $0.0" in page
+    definition = admin_client.get("/admin/django_durable/definition/tests.refund_agent/").content.decode()
+    assert "wait for approval</strong> before <code>refund</code> by permission testapp.approve_refund" in definition

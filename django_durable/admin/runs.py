@@ -366,6 +366,7 @@ class WorkflowRunAdmin(DurableAdmin):
             step.can_fork = step.key not in branch_keys
         error = run.get_error() if payloads and run.error else None
         buttons = self._buttons(request, run)
+        agent = self._agent(run, payloads)
         context = self.page_context(
             request, f"{run.workflow} {display.short_id(run.pk)}",
             run=run, original=run, payloads=payloads,
@@ -377,6 +378,7 @@ class WorkflowRunAdmin(DurableAdmin):
             if run.is_finished else "",
             attempt_errors=[dict(entry, short_type=entry["type"].rpartition(".")[2])
                             for entry in evidence.history(run, db=run._state.db)] if payloads else [],
+            agent=agent,
             steps=steps, steps_page=page, steps_total=page.paginator.count,
             timeline=timeline.render(run, steps, branch_keys=branch_keys, now=now, total=page.paginator.count)
             if steps or run.started_at else None,
@@ -395,6 +397,21 @@ class WorkflowRunAdmin(DurableAdmin):
             now=now,
         )
         return TemplateResponse(request, "admin/django_durable/workflowrun/detail.html", context)
+
+    AGENT_TURNS = 500
+
+    def _agent(self, run: WorkflowRun, payloads: bool) -> dict | None:
+        """An agent's run as a conversation (contrib.agent_journal), when the run has one: its
+        messages, tool calls and approvals (with the payload permission), and its usage."""
+        steps = Step.objects.filter(run=run)
+        if not steps.filter(key__contains="__model.request").exists():
+            return None
+        from ..contrib import agent_journal
+
+        entries = steps.filter(Q(key__contains="__model.request") | Q(key__contains=".call_tool:")
+                               | Q(key__contains="__approval:") | Q(kind=Step.Kind.LOG)).order_by("seq")
+        turns, usage = agent_journal.read(entries[:self.AGENT_TURNS])
+        return {"turns": turns if payloads else [], "usage": usage, "cut": entries[self.AGENT_TURNS:].exists()}
 
     def _facts(self, run: WorkflowRun, now):
         def when(moment):

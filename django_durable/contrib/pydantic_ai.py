@@ -17,6 +17,14 @@ unit's name and how many units of that name the run reached before (``support__m
 A replay returns the recorded result; a worker that dies mid-agent resumes with its completed
 model requests and tool calls replayed from the journal, and the one in flight run again.
 Results cross as JSON (pydantic-ai's JSON codec), so the journal holds them as any step's.
+
+A tool that needs approval (pydantic-ai's deferred tools, ``requires_approval=True``) ends the
+agent's run with its requests; ``run_agent`` waits for each with ``ctx.wait_for_approval()``
+(gated by the approvers given, for as long as it takes) and runs the agent on from its messages
+with the decisions. A model request refused for a rate limit is tried again when the provider
+said (``Retry-After``); one the provider will refuse again (a rejected request, no quota) fails at
+once. What the run's model requests used and cost is read from the journal
+(``django_durable.contrib.agent_journal``).
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from pydantic_ai.durable_exec._codec import JSON_CODEC
 from pydantic_ai.durable_exec._operation import DurableOperationId
 from pydantic_ai.durable_exec._operation_backend import JournalCallableOperationBackend, RoleBasedOperationConfig
 from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, ModelQuotaExceededError, ModelRequestRejectedError
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
-from ..exceptions import NonRetryableError
+from ..exceptions import NonRetryableError, RetryAfter
 
 # The run an agent runs in now: its context and the count of units reached, by name.
 _bound: contextvars.ContextVar[tuple[Any, dict[str, int]] | None] = contextvars.ContextVar(
@@ -56,7 +66,33 @@ class DjangoDurabilityBackend(JournalCallableOperationBackend[dict]):
         ctx, counts = bound
         count = counts.get(name, 0)
         counts[name] = count + 1
-        return await ctx.astep(f"{name}:{count}", body, **config)
+        ceiling = config["retry"].max_backoff if "retry" in config else None
+
+        async def unit() -> object:
+            try:
+                return await body()
+            except ModelAPIError as exc:
+                raise _retry_answer(exc, ceiling) from exc
+
+        unit.__module__, unit.__qualname__ = "pydantic_ai", name  # what the admin's step list shows
+        return await ctx.astep(f"{name}:{count}", unit, **config)
+
+
+_TRANSIENT = (408, 409, 425, 429)  # the 4xx statuses a later attempt may pass
+
+
+def _retry_answer(exc: ModelAPIError, ceiling: float | None) -> BaseException:
+    """What a model request's provider error means to the step's retries: a request the provider
+    rejects (a 4xx but a timeout, a conflict or a rate limit), or an exhausted quota, fails at once; a rate limit or an overload with a Retry-After
+    is tried again after it (at most the retry policy's longest back-off, when one is given);
+    anything else goes by the retry policy."""
+    if isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError) or (
+            isinstance(exc, ModelHTTPError) and 400 <= exc.status_code < 500 and exc.status_code not in _TRANSIENT):
+        return NonRetryableError(f"{type(exc).__name__}: {exc}")
+    if exc.retry_after is not None:
+        seconds = max(0.0, exc.retry_after if ceiling is None else min(exc.retry_after, ceiling))
+        return RetryAfter(seconds, f"{type(exc).__name__}: {exc} (the provider asked to wait {exc.retry_after:g} s)")
+    return exc
 
 
 class DjangoDurability(BaseDurabilityCapability):
@@ -85,8 +121,14 @@ class DjangoDurability(BaseDurabilityCapability):
         return _bound.get() is not None
 
     def get_default_run_id(self) -> str | None:
+        # One per agent.run() of the workflow run: run_agent runs the agent again after approvals,
+        # with the earlier messages, and pydantic-ai wants each of its runs told apart.
         bound = _bound.get()
-        return None if bound is None else str(bound[0].run_id)
+        if bound is None:
+            return None
+        ctx, counts = bound
+        count = counts.get("run", 0)
+        return str(ctx.run_id) if count <= 1 else f"{ctx.run_id}:{count}"
 
     async def get_run_start_time(self, run_id: str) -> datetime | None:
         bound = _bound.get()
@@ -101,20 +143,115 @@ class DjangoDurability(BaseDurabilityCapability):
 
 
 @contextmanager
-def agent_run(ctx) -> Iterator[None]:
+def agent_run(ctx) -> Iterator[dict[str, int]]:
     """Inside it, an agent with DjangoDurability run on an event loop is a part of the run `ctx`."""
-    token = _bound.set((ctx, {}))
+    counts: dict[str, int] = {}
+    token = _bound.set((ctx, counts))
     try:
-        yield
+        yield counts
     finally:
         _bound.reset(token)
 
 
-def run_agent(ctx, agent, user_prompt=None, **kwargs: Any) -> Any:
+def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=None, **kwargs: Any) -> Any:
     """Run `agent` to its end as a part of the workflow run `ctx` (from a sync workflow); return its
-    output, which must be JSON (the workflow's result). `kwargs` go to `agent.run()`."""
-    with agent_run(ctx):
-        return asyncio.run(agent.run(user_prompt, **kwargs)).output
+    output, which must be JSON (the workflow's result). `kwargs` go to `agent.run()`.
+
+    A tool the agent marks ``requires_approval=True`` waits for people: `approvers` says who may
+    decide (as for ``ctx.wait_for_approval()``: a permission, a group, users; or a dict from tool
+    name to that), `approval_timeout` how long to wait (None: as long as it takes; then
+    ApprovalTimeout). An approved call runs as a step; a rejected one tells the model it was
+    denied, with the approver's comment.
+    """
+    from ..engine.describe import Recorder
+
+    if isinstance(ctx, Recorder):  # describe(): the agent's loop as one node, nothing run
+        return _describe(ctx, agent, approvers, approval_timeout)
+    deferred = _deferred_output(agent, kwargs.pop("output_type", None)) if _needs_approval(agent) else None
+    if deferred is not None:
+        kwargs["output_type"] = deferred
+    if user_prompt is not None:
+        ctx.note(f"{agent.name}: asked", agent=agent.name, prompt=_text(user_prompt))
+    with agent_run(ctx) as counts:
+        counts["run"] = 1
+        result = asyncio.run(agent.run(user_prompt, **kwargs))
+        while isinstance(result.output, DeferredToolRequests):
+            requests = result.output
+            if requests.calls:
+                names = ", ".join(sorted({call.tool_name for call in requests.calls}))
+                raise NonRetryableError(f"The agent {agent.name!r} deferred tool calls ({names}) to be run outside "
+                                        f"it; run_agent waits for approvals only: run such a tool as a step.")
+            decisions: dict[str, Any] = {}
+            for call in requests.approvals:
+                count = counts.get(f"approval:{call.tool_name}", 0)
+                counts[f"approval:{call.tool_name}"] = count + 1
+                decision = ctx.wait_for_approval(
+                    f"{agent.name}__approval:{call.tool_name}:{count}",
+                    approvers=_approvers_of(approvers, call.tool_name, agent), timeout=approval_timeout,
+                    message=f"The agent {agent.name} asks to call {call.tool_name}({_arguments(call)}).",
+                    data={"agent": agent.name, "tool": call.tool_name, "args": call.args_as_dict(),
+                          "tool_call_id": call.tool_call_id})
+                decisions[call.tool_call_id] = True if decision["approved"] else ToolDenied(_denial(decision))
+            counts["run"] += 1
+            result = asyncio.run(agent.run(message_history=result.all_messages(),
+                                           deferred_tool_results=DeferredToolResults(approvals=decisions), **kwargs))
+    return result.output
+
+
+def _arguments(call) -> str:
+    text = ", ".join(f"{name}={value!r}" for name, value in call.args_as_dict().items())
+    return text if len(text) <= 500 else text[:499] + "…"
+
+
+def _needs_approval(agent) -> bool:
+    return any(getattr(tool, "requires_approval", False)
+               for toolset in agent.toolsets for tool in getattr(toolset, "tools", {}).values())
+
+
+def _deferred_output(agent, output_type):
+    """The output type to run with: the agent's (or the one given), with DeferredToolRequests added."""
+    output_type = output_type if output_type is not None else agent.output_type
+    types = list(output_type) if isinstance(output_type, list | tuple) else [output_type]
+    return types if DeferredToolRequests in types else [*types, DeferredToolRequests]
+
+
+def _approvers_of(approvers, tool: str, agent):
+    if isinstance(approvers, dict):
+        approvers = approvers.get(tool)
+    if approvers is None:
+        raise NonRetryableError(f"The agent {agent.name!r} asks to call {tool!r}, which needs approval, and "
+                                f"run_agent was given no approvers for it: pass approvers=... (a permission, a "
+                                f"group, users, or a dict from tool name to them).")
+    return approvers
+
+
+def _denial(decision: dict) -> str:
+    rejected = [d for d in decision.get("decisions", []) if not d.get("approved")]
+    who = ", ".join(d["user"] for d in rejected) or "nobody"
+    comments = "; ".join(d["comment"] for d in rejected if d.get("comment"))
+    return f"The tool call was denied by {who}" + (f": {comments}" if comments else ".")
+
+
+def _text(prompt) -> Any:
+    return prompt if isinstance(prompt, str) else [part if isinstance(part, str) else repr(part) for part in prompt]
+
+
+def _describe(recorder, agent, approvers, approval_timeout):
+    """The agent's loop in a workflow's shape: its model, its tools, which wait for approval and by whom."""
+    from ..engine.describe import Unknown
+
+    name = agent.name or "agent"
+    tools, approvals = [], {}
+    for toolset in agent.toolsets:
+        for tool_name, tool in getattr(toolset, "tools", {}).items():
+            tools.append(tool_name)
+            if getattr(tool, "requires_approval", False):
+                approvals[tool_name] = approvers.get(tool_name) if isinstance(approvers, dict) else approvers
+    model = agent.model
+    node = {"type": "agent", "agent": name, "keys": f"{name}__*", "tools": tools,
+            "model": model if isinstance(model, str) or model is None else f"{model.system}:{model.model_name}"}
+    recorder.part(node, key=f"{name}__*", approvals=approvals, timeout=approval_timeout)
+    return Unknown(f"output of agent {name}")
 
 
 def stream_text(name: str):

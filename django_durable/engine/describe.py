@@ -216,6 +216,23 @@ class Recorder:
         self.nodes.append({**node, **_timeout(timeout)})
         return Unknown(f"approval {key}")
 
+    def part(self, node: dict, *, key: str, approvals: dict | None = None, timeout=None) -> None:
+        """Record a part an integration runs as one node (an agent's loop: see
+        django_durable.contrib.pydantic_ai), taking the keys `key` (``*`` for a count). `approvals`
+        maps each approval it may open to its approvers, checked as ctx.wait_for_approval()'s; None
+        for approvers not given, which a run fails on when it reaches them."""
+        self._use(key, f"the {node['type']} {node.get(node['type'], '')}".rstrip())
+        shown = []
+        for name, approvers in (approvals or {}).items():
+            if approvers is None:
+                self.problems.append(Problem(f"The {node['type']}'s {name!r} needs approval and no approvers were "
+                                             f"given for it: a run fails when it asks.", False))
+            elif problem := _unknown_permission(approvers):
+                self.problems.append(Problem(problem, True))
+            shown.append({"name": str(name), "approvers": "none given" if approvers is None
+                          else _approvers_text(approvers), **_timeout(timeout)})
+        self.nodes.append({**node, "approvals": shown} if shown else node)
+
     # -- branching and telling ----------------------------------------------------------------------
 
     def switch(self, key, value, branches, default=None):

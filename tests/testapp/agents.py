@@ -31,11 +31,7 @@ support = Agent(FunctionModel(_support_model), name="support", capabilities=[Dja
 def look_up(order_id: int) -> str:
     """With DURABLE_TEST_AGENT_HOLD, its first call touches <hold>.held and waits for <hold>.go."""
     ledger.record("agent", "tool")
-    hold = os.environ.get("DURABLE_TEST_AGENT_HOLD")
-    if hold and not os.path.exists(hold + ".held"):
-        with open(hold + ".held", "w"):
-            pass
-        wait_for_file(hold + ".go")
+    _hold_once()
     return f"order {order_id} shipped"
 
 
@@ -44,3 +40,42 @@ def support_agent(ctx, question):
     answer = run_agent(ctx, support, question)
     ctx.step("after", mark, ctx.run_id, "after")
     return answer
+
+
+def _refund_model(messages, info):
+    """Asks to refund order 7, then answers with what the refund tool returned (or its denial),
+    held there once with DURABLE_TEST_AGENT_HOLD; its name is a model genai-prices knows, so the
+    run's cost is priced."""
+    ledger.record("refund-agent", "model")
+    returned = [part for message in messages for part in getattr(message, "parts", [])
+                if part.part_kind in ("tool-return", "retry-prompt")]
+    if not returned:
+        return ModelResponse(parts=[ToolCallPart(tool_name="refund", args={"order_id": 7, "amount": 30},
+                                                 tool_call_id="call-r")])
+    _hold_once()
+    return ModelResponse(parts=[TextPart(content=f"Done: {returned[0].content}")])
+
+
+def _hold_once():
+    """With DURABLE_TEST_AGENT_HOLD, the first call touches <hold>.held and waits for <hold>.go."""
+    hold = os.environ.get("DURABLE_TEST_AGENT_HOLD")
+    if hold and not os.path.exists(hold + ".held"):
+        with open(hold + ".held", "w"):
+            pass
+        wait_for_file(hold + ".go")
+
+
+refunder = Agent(FunctionModel(_refund_model, model_name="gpt-4o"), name="refunder",
+                 capabilities=[DjangoDurability()])
+
+
+@refunder.tool_plain(requires_approval=True)
+def refund(order_id: int, amount: int) -> str:
+    """Runs only once someone with testapp.approve_refund approved the call."""
+    ledger.record("refund-agent", "refund")
+    return f"refunded {amount} on order {order_id}"
+
+
+@durable.workflow("tests.refund_agent")
+def refund_agent(ctx, question="refund my order"):
+    return run_agent(ctx, refunder, question, approvers="testapp.approve_refund")
