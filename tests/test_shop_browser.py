@@ -27,7 +27,7 @@ def demo(tmp_path):
     """The demo's base URL, running until the test ends."""
     port = free_port()
     env = {**os.environ, "PORT": str(port), "DEMO_DATABASE_URL": f"sqlite:///{tmp_path / 'shop.sqlite3'}",
-           "PY": sys.executable}
+           "PY": sys.executable, "SUPPORT_HOLD": str(tmp_path / "support-go")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = open(tmp_path / "demo.log", "w")
     process = subprocess.Popen([str(ROOT / "scripts" / "demo.sh")], cwd=ROOT, env=env, stdout=log,
@@ -73,16 +73,22 @@ def ended(driver) -> str:
         return ""
 
 
-def test_a_visitor_clicks_through_the_shop(browser, demo):  # noqa: F811 (the fixture)
+def log_in(browser, demo) -> None:
+    """Through the shop's link, as the demo says."""
     from selenium.webdriver.common.by import By
 
-    # Logging in through the shop's link, as the demo says.
     browser.get(demo + "/")
     browser.find_element(By.LINK_TEXT, "Log in").click()
     browser.find_element(By.NAME, "username").send_keys("demo")
     browser.find_element(By.NAME, "password").send_keys("demo")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     wait_for(lambda: browser.find_elements(By.ID, "order-form"), timeout=60, interval=0.25, message="the shop's order form")
+
+
+def test_a_visitor_clicks_through_the_shop(browser, demo):  # noqa: F811 (the fixture)
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, demo)
 
     # An order: the page follows the checkout live, through the run's server-sent events.
     order = place_order(browser, demo, "tee", "ok")
@@ -154,3 +160,60 @@ def test_a_visitor_clicks_through_the_shop(browser, demo):  # noqa: F811 (the fi
 
     wait_for(rendered, timeout=60, interval=0.25, message="the images to be rendered")
     assert "render:8" in browser.page_source
+
+
+def test_the_support_agents_answer_arrives_word_by_word_while_the_model_writes_it(browser, demo, tmp_path):  # noqa: F811
+    """A customer asks the support agent for a refund: the agent looks the order up (a tool), asks
+    for the refund (a tool that waits for someone with orders.approve_refund), and its answer
+    reaches the ticket's page while the model's request is still running (the stand-in model stops
+    half-way through its answer until the test lets it go on)."""
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, demo)
+    order = place_order(browser, demo, "poster", "ok")
+    assert wait_for(lambda: ended(browser), timeout=60, interval=0.25, message="the checkout to end") == "completed"
+
+    def shipped():
+        browser.get(f"{demo}/orders/{order}/")
+        return browser.find_element(By.ID, "order-status").text == "shipped"
+
+    wait_for(shipped, timeout=60, interval=0.25, message="the order to ship")
+    browser.find_element(By.NAME, "question").send_keys("The poster arrived torn, I would like a refund.")
+    browser.find_element(By.CSS_SELECTOR, "#support-form button").click()
+    wait_for(lambda: "/support/" in browser.current_url, timeout=30, interval=0.25, message="the ticket's page")
+    ticket = browser.current_url
+    wait_for(lambda: "waiting for someone allowed to approve refunds" in browser.find_element(By.ID, "ticket").text,
+             timeout=90, interval=0.25, message="the refund tool to wait for approval")
+    assert "looked the order up: completed" in browser.find_element(By.ID, "run-steps").text
+
+    # The approval, on the home page, as someone with the permission (the demo user is a superuser).
+    def awaiting():
+        browser.get(demo + "/")
+        return [f for f in browser.find_elements(By.CSS_SELECTOR, "form[action^='/refunds/']")
+                if f"refund_order(order_id={order})" in f.text]
+
+    wait_for(awaiting, timeout=30, interval=0.25, message="the agent's refund to wait for a decision")[0].find_element(
+        By.CSS_SELECTOR, "button[value=approve]").click()
+    wait_for(lambda: "Refund approved." in browser.page_source, timeout=30, interval=0.25, message="the approval")
+
+    # Half of the answer on the page while the model's request still runs (held), then the rest.
+    browser.get(ticket)
+    answer = lambda: browser.find_element(By.ID, "answer")  # noqa: E731
+    wait_for(lambda: int(answer().get_attribute("data-tokens")) >= 5, timeout=90, interval=0.1,
+             message="the first words of the answer")
+    partial = answer().text
+    assert "About the refund" not in partial and answer().get_attribute("data-ended") is None, partial
+    assert browser.find_element(By.ID, "ticket").get_attribute("data-ended") is None
+    (tmp_path / "support-go").touch()
+    assert wait_for(lambda: browser.find_element(By.ID, "ticket").get_attribute("data-ended"), timeout=60,
+                    interval=0.25, message="the answer to end") == "completed"
+    text = answer().text
+    assert text.startswith(partial) and "About the refund: refunded in full." in text, text
+    assert int(answer().get_attribute("data-ended")) == int(answer().get_attribute("data-tokens"))  # all before the step ended
+    browser.get(f"{demo}/orders/{order}/")
+    assert browser.find_element(By.ID, "order-status").text == "refunded"
+    if os.environ.get("DURABLE_SCREENSHOTS"):
+        browser.get(ticket)
+        wait_for(lambda: browser.find_element(By.ID, "ticket").get_attribute("data-ended"), timeout=30, interval=0.25,
+                 message="the ticket's page")
+        screenshot(browser, "shop-support.png")

@@ -19,7 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 import django_durable as durable
-from django_durable import serialization
+from django_durable import registry, serialization
 from django_durable.models import Schedule, WorkflowRun
 from django_durable.views import durable_view
 
@@ -72,6 +72,8 @@ def order(request, order_id):
         "order": order, "product": PRODUCTS.get(order.product, (order.product, "")), "runs": runs,
         "checkout": checkout, "emails": SentEmail.objects.filter(order=order).order_by("-pk"),
         "refund_started": any(run.workflow == "orders.approve_refund" for run in runs),
+        "tickets": [run for run in runs if run.workflow == "orders.support"],
+        "support": registry.find("orders.support") is not None,
     })
 
 
@@ -98,13 +100,37 @@ def render_images(request):
 
 
 @require_POST
+@login_required(login_url=LOGIN_URL)
+def ask_support(request, order_id):
+    """Start the support agent on the customer's question; its ticket page follows the answer."""
+    order = get_object_or_404(Order, pk=order_id)
+    question = request.POST.get("question", "").strip()[:1000]
+    if not question:
+        messages.error(request, "Write your question.")
+        return redirect("order", order_id=order.pk)
+    run = durable.start("orders.support", order_id=order.pk, question=question, subject=order)
+    return redirect("ticket", order_id=order.pk, run_id=run.pk)
+
+
+@login_required(login_url=LOGIN_URL)
+def ticket(request, order_id, run_id):
+    """A support ticket: the question, and the agent's answer as it is written (the run's stream)."""
+    run = get_object_or_404(WorkflowRun, pk=run_id, workflow="orders.support")
+    question = run.get_input()["kwargs"].get("question", "")
+    return render(request, "orders/ticket.html", {"order": get_object_or_404(Order, pk=order_id), "run": run,
+                                                  "question": question})
+
+
+@require_POST
 def decide(request, run_id):
-    """Approve or reject a refund as the logged-in user, who must hold orders.approve_refund."""
+    """Approve or reject a refund as the logged-in user, who must hold orders.approve_refund (the
+    refund workflow's approval, or the support agent's call of its refund tool: the form's key)."""
     if not request.user.is_authenticated:
         return redirect_to_login("/", login_url=LOGIN_URL)
     approved = request.POST.get("decision") == "approve"
     try:
-        durable.decide(run_id, "approval", request.user, approve=approved, comment=request.POST.get("comment", ""))
+        durable.decide(run_id, request.POST.get("key", "approval"), request.user, approve=approved,
+                       comment=request.POST.get("comment", ""))
     except PermissionDenied:
         messages.error(request, "You may not approve refunds.")
     except LookupError:

@@ -1,5 +1,6 @@
 """Example workflows, discovered automatically because this file is called workflows.py."""
 
+import importlib.util
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -189,3 +190,7 @@ def count_orders():
 def nightly_report(ctx: durable.Context) -> dict:
     """A declared schedule: every night at 02:00 UTC (synced by every worker at start-up)."""
     return ctx.step("count", count_orders)
+
+
+if importlib.util.find_spec("pydantic_ai") is not None:  # the support agent, with the extra installed
+    from . import support  # noqa: E402,F401 - registers orders.support
