@@ -57,6 +57,8 @@ cat <<TXT
   2. A refund:    on a shipped order's page, "Ask for a refund"; approve it on the home page
      (or in the admin's approval inbox: http://127.0.0.1:$PORT/admin/django_durable/approval/).
   3. A fan-out:   "Render product images" on the home page: nine branches shared by the workers.
+     A support agent: on a shipped order's page, ask it for a refund; its answer streams to the
+     ticket's page word by word once you approve the refund on the home page.
   4. The admin:   http://127.0.0.1:$PORT/admin/django_durable/overview/   (runs, steps, schedules:
      trigger the nightly report there)
   5. The API:     http://127.0.0.1:$PORT/api/durable/workflows/   (schema: .../api/durable/schema/)

@@ -102,6 +102,16 @@ def side_effect_ledger(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def approver(django_user_model):
+    """alice, a staff user with testapp.approve_refund (an agent's refund tool waits for her)."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("alice", "alice@example.com", "a-long-password", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="testapp"))
+    return django_user_model.objects.get(pk=user.pk)
+
+
+@pytest.fixture
 def cpu_hog():
     """Keep one core busy for the test (a busy loop in a subprocess), as a loaded CI machine would."""
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)

@@ -44,7 +44,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "agent-approval", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "agent-approval", "agent-openai", "patched", "since", "approval", "subject",
                                "view", "async", "fairness"}
 
 
@@ -262,6 +262,26 @@ def test_an_agents_tool_waits_for_approval_as_the_guide_says(django_user_model):
     drain()
     assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Done: refunded 20"
     assert refunded == [(7, 20)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_openai_agent_runs_as_the_guide_says(django_user_model):
+    pytest.importorskip("agents")
+    from django.contrib.auth.models import Permission
+
+    from tests.testapp.openai_agents import DeskModel
+
+    run_example("agent-openai", model=DeskModel(look_up="order_status"))
+    run = durable.start("support.desk", "refund order 7")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "waiting"
+    approver = django_user_model.objects.create_user("ann", "ann@example.com", "a-long-password")
+    approver.user_permissions.add(Permission.objects.get(codename="approve_refund", content_type__app_label="orders"))
+    durable.decide(run.pk, "desk__approval:refund:0", django_user_model.objects.get(pk=approver.pk), approve=True)
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.get_result() == "Order: order 7 shipped. Refund: refunded order 7.", finished.error
+    assert "".join(durable.read_stream(run.pk, "answer")) == "Order: order 7 shipped. Refund: refunded order 7. "
 
 
 def test_notes_progress_and_an_emitted_event(admin_user):

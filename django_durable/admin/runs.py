@@ -401,16 +401,16 @@ class WorkflowRunAdmin(DurableAdmin):
     AGENT_TURNS = 500
 
     def _agent(self, run: WorkflowRun, payloads: bool) -> dict | None:
-        """An agent's run as a conversation (contrib.agent_journal), when the run has one: its
+        """An agent's run as a conversation (contrib.agent_runs), when the run has one: its
         messages, tool calls and approvals (with the payload permission), and its usage."""
         steps = Step.objects.filter(run=run)
         if not steps.filter(key__contains="__model.request").exists():
             return None
-        from ..contrib import agent_journal
+        from ..contrib import agent_runs
 
         entries = steps.filter(Q(key__contains="__model.request") | Q(key__contains=".call_tool:")
                                | Q(key__contains="__approval:") | Q(kind=Step.Kind.LOG)).order_by("seq")
-        turns, usage = agent_journal.read(entries[:self.AGENT_TURNS])
+        turns, usage = agent_runs.read(entries[:self.AGENT_TURNS])
         return {"turns": turns if payloads else [], "usage": usage, "cut": entries[self.AGENT_TURNS:].exists()}
 
     def _facts(self, run: WorkflowRun, now):

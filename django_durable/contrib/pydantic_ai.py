@@ -24,7 +24,7 @@ agent's run with its requests; ``run_agent`` waits for each with ``ctx.wait_for_
 with the decisions. A model request refused for a rate limit is tried again when the provider
 said (``Retry-After``); one the provider will refuse again (a rejected request, no quota) fails at
 once. What the run's model requests used and cost is read from the journal
-(``django_durable.contrib.agent_journal``).
+(``django_durable.contrib.agent_runs``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, ModelQuotaExceededError, ModelRequestRejectedError
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
-from ..exceptions import NonRetryableError, RetryAfter
+from ..exceptions import NonRetryableError
+from .agent_runs import decide_tool, describe_agent, next_count, note_prompt, retry_answer
 
 # The run an agent runs in now: its context and the count of units reached, by name.
 _bound: contextvars.ContextVar[tuple[Any, dict[str, int]] | None] = contextvars.ContextVar(
@@ -64,35 +65,20 @@ class DjangoDurabilityBackend(JournalCallableOperationBackend[dict]):
         if bound is None:
             raise RuntimeError("An agent with DjangoDurability runs in a workflow, through run_agent(ctx, agent, ...).")
         ctx, counts = bound
-        count = counts.get(name, 0)
-        counts[name] = count + 1
+        count = next_count(counts, name)
         ceiling = config["retry"].max_backoff if "retry" in config else None
 
         async def unit() -> object:
             try:
                 return await body()
             except ModelAPIError as exc:
-                raise _retry_answer(exc, ceiling) from exc
+                status = exc.status_code if isinstance(exc, ModelHTTPError) else None
+                refused = isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError)
+                raise retry_answer(exc, status=status, retry_after=exc.retry_after, refused=refused,
+                                   ceiling=ceiling) from exc
 
         unit.__module__, unit.__qualname__ = "pydantic_ai", name  # what the admin's step list shows
         return await ctx.astep(f"{name}:{count}", unit, **config)
-
-
-_TRANSIENT = (408, 409, 425, 429)  # the 4xx statuses a later attempt may pass
-
-
-def _retry_answer(exc: ModelAPIError, ceiling: float | None) -> BaseException:
-    """What a model request's provider error means to the step's retries: a request the provider
-    rejects (a 4xx but a timeout, a conflict or a rate limit), or an exhausted quota, fails at once; a rate limit or an overload with a Retry-After
-    is tried again after it (at most the retry policy's longest back-off, when one is given);
-    anything else goes by the retry policy."""
-    if isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError) or (
-            isinstance(exc, ModelHTTPError) and 400 <= exc.status_code < 500 and exc.status_code not in _TRANSIENT):
-        return NonRetryableError(f"{type(exc).__name__}: {exc}")
-    if exc.retry_after is not None:
-        seconds = max(0.0, exc.retry_after if ceiling is None else min(exc.retry_after, ceiling))
-        return RetryAfter(seconds, f"{type(exc).__name__}: {exc} (the provider asked to wait {exc.retry_after:g} s)")
-    return exc
 
 
 class DjangoDurability(BaseDurabilityCapability):
@@ -170,8 +156,7 @@ def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=
     deferred = _deferred_output(agent, kwargs.pop("output_type", None)) if _needs_approval(agent) else None
     if deferred is not None:
         kwargs["output_type"] = deferred
-    if user_prompt is not None:
-        ctx.note(f"{agent.name}: asked", agent=agent.name, prompt=_text(user_prompt))
+    note_prompt(ctx, agent.name, user_prompt)
     with agent_run(ctx) as counts:
         counts["run"] = 1
         result = asyncio.run(agent.run(user_prompt, **kwargs))
@@ -183,24 +168,13 @@ def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=
                                         f"it; run_agent waits for approvals only: run such a tool as a step.")
             decisions: dict[str, Any] = {}
             for call in requests.approvals:
-                count = counts.get(f"approval:{call.tool_name}", 0)
-                counts[f"approval:{call.tool_name}"] = count + 1
-                decision = ctx.wait_for_approval(
-                    f"{agent.name}__approval:{call.tool_name}:{count}",
-                    approvers=_approvers_of(approvers, call.tool_name, agent), timeout=approval_timeout,
-                    message=f"The agent {agent.name} asks to call {call.tool_name}({_arguments(call)}).",
-                    data={"agent": agent.name, "tool": call.tool_name, "args": call.args_as_dict(),
-                          "tool_call_id": call.tool_call_id})
-                decisions[call.tool_call_id] = True if decision["approved"] else ToolDenied(_denial(decision))
+                approved, denial = decide_tool(ctx, counts, agent.name, call.tool_name, call.args_as_dict(),
+                                               call.tool_call_id, approvers=approvers, timeout=approval_timeout)
+                decisions[call.tool_call_id] = True if approved else ToolDenied(denial)
             counts["run"] += 1
             result = asyncio.run(agent.run(message_history=result.all_messages(),
                                            deferred_tool_results=DeferredToolResults(approvals=decisions), **kwargs))
     return result.output
-
-
-def _arguments(call) -> str:
-    text = ", ".join(f"{name}={value!r}" for name, value in call.args_as_dict().items())
-    return text if len(text) <= 500 else text[:499] + "…"
 
 
 def _needs_approval(agent) -> bool:
@@ -215,32 +189,8 @@ def _deferred_output(agent, output_type):
     return types if DeferredToolRequests in types else [*types, DeferredToolRequests]
 
 
-def _approvers_of(approvers, tool: str, agent):
-    if isinstance(approvers, dict):
-        approvers = approvers.get(tool)
-    if approvers is None:
-        raise NonRetryableError(f"The agent {agent.name!r} asks to call {tool!r}, which needs approval, and "
-                                f"run_agent was given no approvers for it: pass approvers=... (a permission, a "
-                                f"group, users, or a dict from tool name to them).")
-    return approvers
-
-
-def _denial(decision: dict) -> str:
-    rejected = [d for d in decision.get("decisions", []) if not d.get("approved")]
-    who = ", ".join(d["user"] for d in rejected) or "nobody"
-    comments = "; ".join(d["comment"] for d in rejected if d.get("comment"))
-    return f"The tool call was denied by {who}" + (f": {comments}" if comments else ".")
-
-
-def _text(prompt) -> Any:
-    return prompt if isinstance(prompt, str) else [part if isinstance(part, str) else repr(part) for part in prompt]
-
-
 def _describe(recorder, agent, approvers, approval_timeout):
     """The agent's loop in a workflow's shape: its model, its tools, which wait for approval and by whom."""
-    from ..engine.describe import Unknown
-
-    name = agent.name or "agent"
     tools, approvals = [], {}
     for toolset in agent.toolsets:
         for tool_name, tool in getattr(toolset, "tools", {}).items():
@@ -248,10 +198,8 @@ def _describe(recorder, agent, approvers, approval_timeout):
             if getattr(tool, "requires_approval", False):
                 approvals[tool_name] = approvers.get(tool_name) if isinstance(approvers, dict) else approvers
     model = agent.model
-    node = {"type": "agent", "agent": name, "keys": f"{name}__*", "tools": tools,
-            "model": model if isinstance(model, str) or model is None else f"{model.system}:{model.model_name}"}
-    recorder.part(node, key=f"{name}__*", approvals=approvals, timeout=approval_timeout)
-    return Unknown(f"output of agent {name}")
+    return describe_agent(recorder, agent.name or "agent", model if isinstance(model, str) or model is None
+                          else f"{model.system}:{model.model_name}", tools, approvals, approval_timeout)
 
 
 def stream_text(name: str):

@@ -1,7 +1,7 @@
-"""The pydantic-ai agent's workflow of tests/test_pydantic_ai.py: imported by that test, and by a
-worker's workflows.py only when DURABLE_TEST_AGENTS is set (pydantic-ai takes ~2 s to import)."""
+"""The pydantic-ai agents' workflows (tests/test_pydantic_ai.py, tests/test_agent_integrations.py):
+imported by those tests, and by a worker's workflows.py only when DURABLE_TEST_AGENTS is set
+(pydantic-ai takes ~2 s to import)."""
 
-import os
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
@@ -11,7 +11,7 @@ import django_durable as durable
 from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent
 
 from . import ledger
-from .workflows import mark, wait_for_file
+from .workflows import hold_once, mark
 
 
 def _support_model(messages, info):
@@ -31,7 +31,7 @@ support = Agent(FunctionModel(_support_model), name="support", capabilities=[Dja
 def look_up(order_id: int) -> str:
     """With DURABLE_TEST_AGENT_HOLD, its first call touches <hold>.held and waits for <hold>.go."""
     ledger.record("agent", "tool")
-    _hold_once()
+    hold_once()
     return f"order {order_id} shipped"
 
 
@@ -42,40 +42,37 @@ def support_agent(ctx, question):
     return answer
 
 
-def _refund_model(messages, info):
-    """Asks to refund order 7, then answers with what the refund tool returned (or its denial),
-    held there once with DURABLE_TEST_AGENT_HOLD; its name is a model genai-prices knows, so the
-    run's cost is priced."""
-    ledger.record("refund-agent", "model")
-    returned = [part for message in messages for part in getattr(message, "parts", [])
-                if part.part_kind in ("tool-return", "retry-prompt")]
-    if not returned:
-        return ModelResponse(parts=[ToolCallPart(tool_name="refund", args={"order_id": 7, "amount": 30},
-                                                 tool_call_id="call-r")])
-    _hold_once()
-    return ModelResponse(parts=[TextPart(content=f"Done: {returned[0].content}")])
+def _desk_model(messages, info):
+    """The refund desk (as tests/testapp/openai_agents.py's, for the other integration): looks
+    order 7 up, asks to refund it (a tool that needs approval), then says what the tools returned
+    (a denial included), held there once with DURABLE_TEST_AGENT_HOLD. Its name is a model
+    genai-prices knows, so the run's cost is priced."""
+    ledger.record("pydantic-desk", "model")
+    returned = {part.tool_name: part.content for message in messages for part in getattr(message, "parts", [])
+                if part.part_kind in ("tool-return", "retry-prompt")}
+    for tool, call_id in (("look_up", "look"), ("refund", "refund")):
+        if tool not in returned:
+            return ModelResponse(parts=[ToolCallPart(tool_name=tool, args={"order_id": 7}, tool_call_id=call_id)])
+    hold_once()
+    return ModelResponse(parts=[TextPart(content=f"Order: {returned['look_up']}. Refund: {returned['refund']}.")])
 
 
-def _hold_once():
-    """With DURABLE_TEST_AGENT_HOLD, the first call touches <hold>.held and waits for <hold>.go."""
-    hold = os.environ.get("DURABLE_TEST_AGENT_HOLD")
-    if hold and not os.path.exists(hold + ".held"):
-        with open(hold + ".held", "w"):
-            pass
-        wait_for_file(hold + ".go")
+refunder = Agent(FunctionModel(_desk_model, model_name="gpt-4o"), name="refunder", capabilities=[DjangoDurability()])
 
 
-refunder = Agent(FunctionModel(_refund_model, model_name="gpt-4o"), name="refunder",
-                 capabilities=[DjangoDurability()])
+@refunder.tool_plain(name="look_up")
+def look_up_order(order_id: int) -> str:
+    ledger.record("pydantic-desk", "look_up")
+    return f"order {order_id} shipped"
 
 
 @refunder.tool_plain(requires_approval=True)
-def refund(order_id: int, amount: int) -> str:
+def refund(order_id: int) -> str:
     """Runs only once someone with testapp.approve_refund approved the call."""
-    ledger.record("refund-agent", "refund")
-    return f"refunded {amount} on order {order_id}"
+    ledger.record("pydantic-desk", "refund")
+    return f"refunded order {order_id}"
 
 
 @durable.workflow("tests.refund_agent")
-def refund_agent(ctx, question="refund my order"):
+def refund_agent(ctx, question="refund order 7"):
     return run_agent(ctx, refunder, question, approvers="testapp.approve_refund")

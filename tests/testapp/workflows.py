@@ -21,6 +21,16 @@ def wait_for_file(path, timeout=120.0):
         time.sleep(0.02)
 
 
+def hold_once():
+    """With DURABLE_TEST_AGENT_HOLD, the first call (in any process) touches <hold>.held and waits
+    for <hold>.go: a worker can be killed while it is inside."""
+    hold = os.environ.get("DURABLE_TEST_AGENT_HOLD")
+    if hold and not os.path.exists(hold + ".held"):
+        with open(hold + ".held", "w"):
+            pass
+        wait_for_file(hold + ".go")
+
+
 def mark(run_id, step, value=None):
     ledger.record(run_id, step)
     return value if value is not None else step
@@ -983,6 +993,9 @@ def fails_once_as_a_run(ctx):
 
 
 if os.environ.get("DURABLE_TEST_AGENTS"):
-    # The pydantic-ai agent's workflow (tests/test_pydantic_ai.py) only where a test asks for it:
-    # importing pydantic-ai takes about 2 s, which every other worker process would pay.
+    # The agents' workflows (tests/test_pydantic_ai.py, tests/test_openai_agents.py) only where a
+    # test asks for them: importing pydantic-ai takes about 2 s, which every other worker process
+    # would pay.
     from . import agents  # noqa: F401
+    if os.environ["DURABLE_TEST_AGENTS"] == "openai":
+        from . import openai_agents  # noqa: F401

@@ -1,10 +1,14 @@
-"""An agent's run read from its journal: the conversation in order, and what its model requests
-used and cost. Reads the steps django_durable.contrib.pydantic_ai records, without importing
-pydantic-ai (the admin reads any run with it).
+"""What the agent integrations share (django_durable.contrib.pydantic_ai and .openai_agents): how an
+agent's run is spelled in the journal, its tools' approvals, what a provider's error means to a
+retry, its shape, and reading the run back — the conversation in order and what its model requests
+used and cost — without importing either framework (the admin reads any run with it).
+
+An agent's run in the journal:
 
 - a prompt: the note ``run_agent`` writes before the agent's first request;
 - a model request: a step ``<agent>__model.request:<n>`` (or ``request_stream``), whose result is
-  the model's response (pydantic-ai's JSON: its parts, its token usage, the model's name);
+  the model's response (pydantic-ai's JSON: ``parts``; the OpenAI Agents SDK's: ``output`` items),
+  with its token usage and the model's name;
 - a tool call: a step ``<agent>__….call_tool:<tool>:<n>``, whose result is what the tool returned;
 - an approval: the wait ``<agent>__approval:<tool>:<n>``, with its decision.
 
@@ -22,9 +26,87 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from ..exceptions import NonRetryableError, RetryAfter
+
 _MODEL = re.compile(r"^(?P<agent>.+?)__model\.request(?:_stream)?:\d+$")
 _TOOL = re.compile(r"^(?P<agent>.+?)__.*\.call_tool:(?P<tool>.+):\d+$")
 _APPROVAL = re.compile(r"^(?P<agent>.+?)__approval:(?P<tool>.+):\d+$")
+
+
+def model_key(agent: str, count: int) -> str:
+    return f"{agent}__model.request:{count}"
+
+
+def tool_key(agent: str, tool: str, count: int) -> str:
+    return f"{agent}__tool.call_tool:{tool}:{count}"
+
+
+def approval_key(agent: str, tool: str, count: int) -> str:
+    return f"{agent}__approval:{tool}:{count}"
+
+
+def next_count(counts: dict[str, int], name: str) -> int:
+    """The count of `name` in the agent's run so far, counted on: a unit's key is its name and count."""
+    count = counts.get(name, 0)
+    counts[name] = count + 1
+    return count
+
+
+def note_prompt(ctx, agent: str, prompt: Any) -> None:
+    """Write the prompt to the run's journal (the conversation's first turn), once."""
+    if prompt is not None:
+        text = prompt if isinstance(prompt, str) else [part if isinstance(part, str) else repr(part) for part in prompt]
+        ctx.note(f"{agent}: asked", agent=agent, prompt=text)
+
+
+def decide_tool(ctx, counts: dict[str, int], agent: str, tool: str, args: dict, call_id: str, *, approvers,
+                timeout) -> tuple[bool, str]:
+    """Wait for people to decide whether the agent may call `tool` with `args`; return (approved,
+    what the model is told when it was not)."""
+    if isinstance(approvers, dict):
+        approvers = approvers.get(tool)
+    if approvers is None:
+        raise NonRetryableError(f"The agent {agent!r} asks to call {tool!r}, which needs approval, and "
+                                f"run_agent was given no approvers for it: pass approvers=... (a permission, a "
+                                f"group, users, or a dict from tool name to them).")
+    shown = ", ".join(f"{name}={value!r}" for name, value in args.items())
+    decision = ctx.wait_for_approval(
+        approval_key(agent, tool, next_count(counts, f"approval:{tool}")), approvers=approvers, timeout=timeout,
+        message=f"The agent {agent} asks to call {tool}({shown if len(shown) <= 500 else shown[:499] + '…'}).",
+        data={"agent": agent, "tool": tool, "args": args, "tool_call_id": call_id})
+    if decision["approved"]:
+        return True, ""
+    rejected = [d for d in decision.get("decisions", []) if not d.get("approved")]
+    comments = "; ".join(d["comment"] for d in rejected if d.get("comment"))
+    who = ", ".join(d["user"] for d in rejected) or "nobody"
+    return False, f"The tool call was denied by {who}" + (f": {comments}" if comments else ".")
+
+
+_TRANSIENT = (408, 409, 425, 429)  # the 4xx statuses a later attempt may pass
+
+
+def retry_answer(exc: BaseException, *, status: int | None, retry_after: float | None, refused: bool = False,
+                 ceiling: float | None = None) -> BaseException:
+    """What a model provider's error means to the step's retries: a request the provider refuses
+    (`refused`, or a 4xx but a timeout, a conflict or a rate limit) fails at once; one the provider
+    asked to wait for (`retry_after` seconds) is tried again after that wait, at most `ceiling`
+    (the retry policy's longest back-off, when one is given); anything else goes by the policy."""
+    if refused or (status is not None and 400 <= status < 500 and status not in _TRANSIENT):
+        return NonRetryableError(f"{type(exc).__name__}: {exc}")
+    if retry_after is not None:
+        seconds = max(0.0, retry_after if ceiling is None else min(retry_after, ceiling))
+        return RetryAfter(seconds, f"{type(exc).__name__}: {exc} (the provider asked to wait {retry_after:g} s)")
+    return exc
+
+
+def describe_agent(recorder, agent: str, model: str | None, tools: list[str], approvals: dict, timeout) -> Any:
+    """The agent's loop as one node of a workflow's shape (describe()): its model, its tools, and
+    which of them wait for approval by whom."""
+    from ..engine.describe import Unknown
+
+    node = {"type": "agent", "agent": agent, "keys": f"{agent}__*", "tools": tools, "model": model}
+    recorder.part(node, key=f"{agent}__*", approvals=approvals, timeout=timeout)
+    return Unknown(f"output of agent {agent}")
 
 
 @dataclass
@@ -86,6 +168,9 @@ def read(steps) -> tuple[list[Turn], Usage]:
                 turns.append(Turn("pending", match["agent"], key=key, status=step.status, at=step.started_at))
                 continue
             _count(usage, response)
+            if "output" in response:  # the OpenAI Agents SDK's Responses items
+                turns.extend(_items(response["output"], match["agent"], key, step.started_at))
+                continue
             for part in response.get("parts", []):
                 kind = part.get("part_kind")
                 if kind == "text":
@@ -107,6 +192,23 @@ def read(steps) -> tuple[list[Turn], Usage]:
             turns.append(Turn("approval", match["agent"], who, tool=match["tool"], key=key, status=status,
                               at=step.started_at))
     return turns, usage
+
+
+def _items(items: list, agent: str, key: str, at) -> list[Turn]:
+    turns = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            text = "".join(part.get("text", "") or part.get("refusal", "") for part in item.get("content", []))
+            turns.append(Turn("text", agent, text, key=key, at=at))
+        elif kind == "function_call":
+            turns.append(Turn("tool_call", agent, tool=item.get("name", ""), args=_json(item.get("arguments")),
+                              key=key, at=at))
+        elif kind == "reasoning":
+            text = " ".join(part.get("text", "") for part in item.get("summary", []))
+            if text:
+                turns.append(Turn("thinking", agent, text, key=key, at=at))
+    return turns
 
 
 def _count(usage: Usage, response: dict) -> None:
