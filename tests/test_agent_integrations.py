@@ -141,7 +141,7 @@ def test_the_run_reads_back_as_a_conversation_with_its_usage_and_cost(desk, appr
     assert abs(float(usage.cost) - expected) < 1e-9, (usage.cost, expected)
 
 
-def test_the_admin_reads_an_agent_run_as_a_conversation(desk, approver, admin_client):
+def test_the_admin_reads_an_agent_run_as_a_conversation_and_the_api_gives_its_usage(desk, approver, admin_client):
     run = approved(desk, approver)
     page = admin_client.get(f"/admin/django_durable/workflowrun/{run.pk}/change/").content.decode()
     start = page.index('id="durable-conversation"')
@@ -151,6 +151,9 @@ def test_the_admin_reads_an_agent_run_as_a_conversation(desk, approver, admin_cl
     positions = [conversation.find(text) for text in order]
     assert -1 not in positions and positions == sorted(positions), positions
     assert "3 model requests" in page and "cost $0.0" in page
+    usage = admin_client.get(f"/api/durable/workflows/{run.pk}/").json()["agent_usage"]
+    assert (usage["requests"], usage["models"], usage["unpriced"]) == (3, ["gpt-4o"], 0)
+    assert usage["cost"].startswith("0.00") and float(usage["cost"]) > 0
     definition = admin_client.get(f"/admin/django_durable/definition/{desk.workflow}/").content.decode()
     assert "wait for approval</strong> before <code>refund</code> by permission testapp.approve_refund" in definition
 

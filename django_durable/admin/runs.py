@@ -398,20 +398,16 @@ class WorkflowRunAdmin(DurableAdmin):
         )
         return TemplateResponse(request, "admin/django_durable/workflowrun/detail.html", context)
 
-    AGENT_TURNS = 500
-
     def _agent(self, run: WorkflowRun, payloads: bool) -> dict | None:
         """An agent's run as a conversation (contrib.agent_runs), when the run has one: its
         messages, tool calls and approvals (with the payload permission), and its usage."""
-        steps = Step.objects.filter(run=run)
-        if not steps.filter(key__contains="__model.request").exists():
-            return None
         from ..contrib import agent_runs
 
-        entries = steps.filter(Q(key__contains="__model.request") | Q(key__contains=".call_tool:")
-                               | Q(key__contains="__approval:") | Q(kind=Step.Kind.LOG)).order_by("seq")
-        turns, usage = agent_runs.read(entries[:self.AGENT_TURNS])
-        return {"turns": turns if payloads else [], "usage": usage, "cut": entries[self.AGENT_TURNS:].exists()}
+        found = agent_runs.of_run(run)
+        if found is None:
+            return None
+        turns, usage, cut = found
+        return {"turns": turns if payloads else [], "usage": usage, "cut": cut}
 
     def _facts(self, run: WorkflowRun, now):
         def when(moment):

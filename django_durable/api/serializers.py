@@ -111,6 +111,7 @@ class RunSerializer(RunSummarySerializer):
     forked_from = serializers.UUIDField(allow_null=True, help_text="The run this one was forked from (durable.fork()).")
     forked_at_step = serializers.CharField(help_text="The step of that run it was forked from; empty: not a fork.")
     forks = serializers.SerializerMethodField()
+    agent_usage = serializers.SerializerMethodField()
 
     def _payloads(self) -> bool:
         return bool(self.context.get("payloads"))
@@ -130,6 +131,22 @@ class RunSerializer(RunSummarySerializer):
     def get_forks(self, run) -> list:
         return [str(pk) for pk in WorkflowRun.objects.using(run._state.db or "default").filter(forked_from=run.pk)
                 .order_by("created_at").values_list("pk", flat=True)[:100]]
+
+    @extend_schema_field({"type": "object", "nullable": True, "description": (
+        "What the run's AI agents used (django_durable.contrib.pydantic_ai, .openai_agents): model requests, "
+        "input and output tokens, the models, the cost in US dollars as a decimal string (null when no "
+        "request's model has a known price) and how many requests were not priced. Null for a run without "
+        "an agent."), "properties": {
+            "requests": {"type": "integer"}, "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"},
+            "cost": {"type": "string", "nullable": True}, "unpriced": {"type": "integer"},
+            "models": {"type": "array", "items": {"type": "string"}}}})
+    def get_agent_usage(self, run):
+        if run.started_at is None:
+            return None
+        from ..contrib import agent_runs
+
+        usage = agent_runs.usage_of(run)
+        return None if usage is None else usage.as_dict()
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_payload_visible(self, run) -> bool:

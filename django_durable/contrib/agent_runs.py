@@ -144,9 +144,28 @@ class Usage:
                 "models": self.models}
 
 
-def is_agent_run(steps) -> bool:
-    """Whether any of `steps` (the run's journal entries) is an agent's model request."""
-    return any(_MODEL.match(step.key) for step in steps)
+def usage_of(run) -> Usage | None:
+    """What `run`'s agents' model requests used and cost; None when the run ran no agent."""
+    from ..models import Step
+
+    requests = Step.objects.using(run._state.db or "default").filter(run=run, key__contains="__model.request")
+    return read(requests.order_by("seq"))[1] if requests.exists() else None
+
+
+def of_run(run, limit: int = 500) -> tuple[list[Turn], Usage, bool] | None:
+    """The conversation and usage of `run`'s agents, from its first `limit` agent entries (and
+    whether there were more); None when the run ran no agent. What the admin and the API show."""
+    from django.db.models import Q
+
+    from ..models import Step
+
+    steps = Step.objects.using(run._state.db or "default").filter(run=run)
+    if not steps.filter(key__contains="__model.request").exists():
+        return None
+    entries = steps.filter(Q(key__contains="__model.request") | Q(key__contains=".call_tool:")
+                           | Q(key__contains="__approval:") | Q(kind=Step.Kind.LOG)).order_by("seq")
+    turns, usage = read(entries[:limit])
+    return turns, usage, entries[limit:].exists()
 
 
 def read(steps) -> tuple[list[Turn], Usage]:
