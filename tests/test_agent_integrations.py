@@ -125,6 +125,10 @@ def test_the_shape_shows_the_agents_loop_and_who_approves(desk):
     node = shape["shape"][0]
     assert (node["type"], node["agent"], node["tools"]) == ("agent", desk.name, ["look_up", "refund"])
     assert node["approvals"] == [{"name": "refund", "approvers": "permission testapp.approve_refund"}]
+    from django_durable.management.commands.durable import shape_lines
+
+    assert shape_lines([node], "")[1:] == ["  wait for approval before refund by permission testapp.approve_refund"]
+    assert shape_lines([node], "")[0].startswith(f"agent {desk.name} on ")
 
 
 def test_the_run_reads_back_as_a_conversation_with_its_usage_and_cost(desk, approver):

@@ -496,6 +496,14 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
                          + ", ".join(branch["key"] for branch in node["branches"]))
         elif kind == "child":
             lines.append(f"{indent}child {node['key']}: {node['workflow']}")
+        elif kind == "approval":
+            lines.append(f"{indent}wait for approval {node['key']} by {node['approvers']}")
+        elif kind == "agent":
+            lines.append(f"{indent}agent {node['agent']}" + (f" on {node['model']}" if node.get("model") else "")
+                         + f": model requests and tool calls, each a step {node['keys']}"
+                         + (f"; tools {', '.join(node['tools'])}" if node["tools"] else ""))
+            lines.extend(f"{indent}  wait for approval before {approval['name']} by {approval['approvers']}"
+                         for approval in node.get("approvals", []))
         elif kind == "call":
             lines.append(f"{indent}call {node['function']} (the task, retried as a whole)")
         elif kind == "stop":
