@@ -9,7 +9,7 @@ MARKER = re.compile(r"<!-- (example: (\S+)|runnable(: background)?)[^>]*-->")
 
 # page -> (its runner, the names of its examples, or the number of its runnable blocks)
 RUNNERS = {
-    "guides": ("tests/test_guide.py", {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "fairness", "update", "stream", "live-stream", "agent", "agent-approval", "agent-openai", "patched", "since", "approval",
+    "guides": ("tests/test_guide.py", {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "fairness", "update", "stream", "live-stream", "agent", "agent-approval", "agent-openai", "agent-workflow-tool", "patched", "since", "approval",
                                          "subject", "view", "async"}),
     "telemetry.md": ("tests/test_telemetry.py", {"logging"}),
     "getting-started.md": ("tests/test_getting_started.py", 6),

@@ -44,7 +44,7 @@ def recorded(name):
 
 
 def test_every_marked_example_has_a_test():
-    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "agent-approval", "agent-openai", "patched", "since", "approval", "subject",
+    assert set(examples()) == {"input", "switch", "notes", "describe", "describe-input", "fork", "gates", "update", "stream", "live-stream", "agent", "agent-approval", "agent-openai", "agent-workflow-tool", "patched", "since", "approval", "subject",
                                "view", "async", "fairness"}
 
 
@@ -262,6 +262,31 @@ def test_an_agents_tool_waits_for_approval_as_the_guide_says(django_user_model):
     drain()
     assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Done: refunded 20"
     assert refunded == [(7, 20)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workflow_tool_runs_as_a_child_as_the_guide_says():
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent
+
+    def model(messages, info):
+        returned = [part.content for message in messages for part in getattr(message, "parts", [])
+                    if part.part_kind == "tool-return"]
+        if not returned:
+            return ModelResponse(parts=[ToolCallPart("replace", {"order_id": 7}, tool_call_id="r")])
+        return ModelResponse(parts=[TextPart(f"Done: {returned[0]}")])
+
+    run_example("agent-workflow-tool", model=FunctionModel(model), Agent=Agent, DjangoDurability=DjangoDurability,
+                run_agent=run_agent, pack=recorded("pack"), ship=recorded("ship"))
+    run = durable.start("support.replace", "my order 7 arrived broken")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Done: ship"
+    assert WorkflowRun.objects.get(parent=run).workflow == "orders.replace"
+    assert (ledger.counts(7), ledger.counts("pack")) == ({"pack": 1}, {"ship": 1})  # ship(parcel), once each
 
 
 @pytest.mark.django_db(transaction=True)

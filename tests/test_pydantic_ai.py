@@ -177,3 +177,40 @@ def test_a_request_the_provider_rejects_is_not_tried_again():
     drain()
     assert WorkflowRun.objects.get(pk=run.pk).status == "failed"
     assert calls == [1]
+
+
+def test_a_workflow_tool_runs_its_workflow_as_a_child_of_the_agents_run():
+    run = durable.start("tests.dispatch_agent")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    assert finished.get_result() == "Done: replacement for order 7 shipped"
+    child = WorkflowRun.objects.get(parent=run)
+    assert (child.workflow, child.status, child.get_input()["kwargs"]) == (
+        "tests.ship_replacement", "completed", {"order_id": 7})
+    entry = Step.objects.get(run=run, key="dispatcher__workflow:ship_replacement:0")
+    assert entry.kind == "child" and entry.status == "completed"
+    assert ledger.counts("pydantic-dispatch") == {"ship": 1}
+    assert check_run(finished).ok  # the replay starts no second child
+    assert WorkflowRun.objects.filter(parent=run).count() == 1
+
+
+def test_a_workflow_tool_whose_child_fails_tells_the_model():
+    run = durable.start("tests.dispatch_agent", "replace order 13")
+    drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "completed", finished.error
+    answer = finished.get_result()
+    assert answer.startswith("Done: The workflow tests.ship_replacement ended failed: ") and "no stock for order 13" in answer
+    assert WorkflowRun.objects.get(parent=run).status == "failed"
+
+
+def test_a_workflow_tools_schema_and_its_place_in_the_shape():
+    from django_durable.contrib.pydantic_ai import workflow_tool
+
+    tool = workflow_tool("tests.ship_replacement")
+    assert (tool.name, tool.description) == ("ship_replacement", "Ship a replacement for a damaged order.")
+    assert tool.function_schema.json_schema["properties"] == {"order_id": {"title": "Order Id", "type": "integer"}}
+    assert tool.function_schema.json_schema["required"] == ["order_id"]
+    node = durable.describe("tests.dispatch_agent")["shape"][0]
+    assert node["children"] == [{"name": "ship_replacement", "workflow": "tests.ship_replacement"}]

@@ -99,12 +99,15 @@ def retry_answer(exc: BaseException, *, status: int | None, retry_after: float |
     return exc
 
 
-def describe_agent(recorder, agent: str, model: str | None, tools: list[str], approvals: dict, timeout) -> Any:
-    """The agent's loop as one node of a workflow's shape (describe()): its model, its tools, and
-    which of them wait for approval by whom."""
+def describe_agent(recorder, agent: str, model: str | None, tools: list[str], approvals: dict, timeout,
+                   children: dict | None = None) -> Any:
+    """The agent's loop as one node of a workflow's shape (describe()): its model, its tools, which
+    of them wait for approval by whom, and which run a workflow as a child (tool name: workflow)."""
     from ..engine.describe import Unknown
 
     node = {"type": "agent", "agent": agent, "keys": f"{agent}__*", "tools": tools, "model": model}
+    if children:
+        node["children"] = [{"name": name, "workflow": workflow} for name, workflow in children.items()]
     recorder.part(node, key=f"{agent}__*", approvals=approvals, timeout=timeout)
     return Unknown(f"output of agent {agent}")
 

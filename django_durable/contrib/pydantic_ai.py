@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -41,10 +42,19 @@ from pydantic_ai.durable_exec._codec import JSON_CODEC
 from pydantic_ai.durable_exec._operation import DurableOperationId
 from pydantic_ai.durable_exec._operation_backend import JournalCallableOperationBackend, RoleBasedOperationConfig
 from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, ModelQuotaExceededError, ModelRequestRejectedError
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic import create_model
+from pydantic_ai.exceptions import (
+    CallDeferred,
+    ModelAPIError,
+    ModelHTTPError,
+    ModelQuotaExceededError,
+    ModelRequestRejectedError,
+    ToolFailed,
+)
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool, ToolDenied
 
-from ..exceptions import NonRetryableError
+from .. import registry
+from ..exceptions import ChildFailed, NonRetryableError
 from .agent_runs import decide_tool, describe_agent, next_count, note_prompt, retry_answer
 
 # The run an agent runs in now: its context and the count of units reached, by name.
@@ -153,7 +163,7 @@ def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=
 
     if isinstance(ctx, Recorder):  # describe(): the agent's loop as one node, nothing run
         return _describe(ctx, agent, approvers, approval_timeout)
-    deferred = _deferred_output(agent, kwargs.pop("output_type", None)) if _needs_approval(agent) else None
+    deferred = _deferred_output(agent, kwargs.pop("output_type", None)) if _defers(agent) else None
     if deferred is not None:
         kwargs["output_type"] = deferred
     note_prompt(ctx, agent.name, user_prompt)
@@ -162,24 +172,83 @@ def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=
         result = asyncio.run(agent.run(user_prompt, **kwargs))
         while isinstance(result.output, DeferredToolRequests):
             requests = result.output
-            if requests.calls:
-                names = ", ".join(sorted({call.tool_name for call in requests.calls}))
-                raise NonRetryableError(f"The agent {agent.name!r} deferred tool calls ({names}) to be run outside "
-                                        f"it; run_agent waits for approvals only: run such a tool as a step.")
             decisions: dict[str, Any] = {}
             for call in requests.approvals:
                 approved, denial = decide_tool(ctx, counts, agent.name, call.tool_name, call.args_as_dict(),
                                                call.tool_call_id, approvers=approvers, timeout=approval_timeout)
                 decisions[call.tool_call_id] = True if approved else ToolDenied(denial)
+            returned = {call.tool_call_id: _child(ctx, counts, agent, call, requests.metadata.get(call.tool_call_id))
+                        for call in requests.calls}
             counts["run"] += 1
-            result = asyncio.run(agent.run(message_history=result.all_messages(),
-                                           deferred_tool_results=DeferredToolResults(approvals=decisions), **kwargs))
+            result = asyncio.run(agent.run(
+                message_history=result.all_messages(),
+                deferred_tool_results=DeferredToolResults(approvals=decisions, calls=returned), **kwargs))
     return result.output
 
 
-def _needs_approval(agent) -> bool:
-    return any(getattr(tool, "requires_approval", False)
-               for toolset in agent.toolsets for tool in getattr(toolset, "tools", {}).values())
+def workflow_tool(workflow, *, name: str | None = None, description: str | None = None) -> Tool:
+    """A tool that runs the registered workflow `workflow` (its name or its function) as a child
+    run of the agent's run, with the arguments the model gives it (the workflow's parameters after
+    its context, as its annotations say), and returns the child's result to the model.
+
+    The agent's run stops at the call; ``run_agent`` starts the child with ``ctx.child()`` (the
+    worker holds nothing while it runs, for as long as it takes, and a replay never starts it
+    twice), then runs the agent on with its result. A child that does not complete is reported to
+    the model as the tool's failure. `name` defaults to the last part of the workflow's name,
+    `description` to its docstring.
+    """
+    definition = registry.get(workflow)
+    code = getattr(definition.fn, "__wrapped__", definition.fn)
+
+    def deferred(**arguments: Any) -> Any:
+        raise CallDeferred(metadata={_WORKFLOW: definition.name})
+
+    setattr(deferred, _WORKFLOW, definition.name)
+    return Tool.from_schema(deferred, name=name or definition.name.rpartition(".")[2],
+                            description=description or inspect.getdoc(code) or f"Run the workflow {definition.name}.",
+                            json_schema=_parameters_schema(code, definition.name))
+
+
+_WORKFLOW = "django_durable_workflow"  # a deferred call's metadata: the workflow it runs
+
+
+def _parameters_schema(fn, name: str) -> dict:
+    """The JSON schema of a workflow's parameters after its context, from their annotations."""
+    fields: dict[str, Any] = {}
+    for parameter in list(inspect.signature(fn).parameters.values())[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        annotation = Any if parameter.annotation is parameter.empty else parameter.annotation
+        fields[parameter.name] = (annotation, ... if parameter.default is parameter.empty else parameter.default)
+    return create_model(f"{name.replace('.', '_')}_arguments", **fields).model_json_schema()
+
+
+def _child(ctx, counts: dict[str, int], agent, call, metadata: dict | None) -> Any:
+    """Run the workflow a workflow tool's call stands for as a child of `ctx`'s run: its result,
+    or the tool's failure for the model when it did not complete."""
+    workflow = (metadata or {}).get(_WORKFLOW)
+    if workflow is None:
+        raise NonRetryableError(f"The agent {agent.name!r} deferred the call of {call.tool_name!r} to be run "
+                                f"outside it; run_agent runs workflow tools (workflow_tool()) and waits for "
+                                f"approvals only: make the tool a workflow_tool, or a plain tool (a step).")
+    key = f"{agent.name}__workflow:{call.tool_name}:{next_count(counts, f'workflow:{call.tool_name}')}"
+    try:
+        return ctx.child(key, workflow, **call.args_as_dict())
+    except ChildFailed as failed:
+        return ToolFailed(f"The workflow {workflow} ended {failed.status}: {failed.message}")
+
+
+def _tools(agent) -> dict:
+    return {name: tool for toolset in agent.toolsets for name, tool in getattr(toolset, "tools", {}).items()}
+
+
+def _workflow_of(tool) -> str | None:
+    return getattr(getattr(tool, "function", None), _WORKFLOW, None)
+
+
+def _defers(agent) -> bool:
+    """Whether a tool of `agent` ends its run to be decided or run outside it (an approval, a workflow)."""
+    return any(getattr(tool, "requires_approval", False) or _workflow_of(tool) for tool in _tools(agent).values())
 
 
 def _deferred_output(agent, output_type):
@@ -190,16 +259,18 @@ def _deferred_output(agent, output_type):
 
 
 def _describe(recorder, agent, approvers, approval_timeout):
-    """The agent's loop in a workflow's shape: its model, its tools, which wait for approval and by whom."""
-    tools, approvals = [], {}
-    for toolset in agent.toolsets:
-        for tool_name, tool in getattr(toolset, "tools", {}).items():
-            tools.append(tool_name)
-            if getattr(tool, "requires_approval", False):
-                approvals[tool_name] = approvers.get(tool_name) if isinstance(approvers, dict) else approvers
+    """The agent's loop in a workflow's shape: its model, its tools, which wait for approval and by
+    whom, which run a workflow as a child."""
+    tools, approvals, children = [], {}, {}
+    for tool_name, tool in _tools(agent).items():
+        tools.append(tool_name)
+        if getattr(tool, "requires_approval", False):
+            approvals[tool_name] = approvers.get(tool_name) if isinstance(approvers, dict) else approvers
+        if _workflow_of(tool):
+            children[tool_name] = _workflow_of(tool)
     model = agent.model
     return describe_agent(recorder, agent.name or "agent", model if isinstance(model, str) or model is None
-                          else f"{model.system}:{model.model_name}", tools, approvals, approval_timeout)
+                          else f"{model.system}:{model.model_name}", tools, approvals, approval_timeout, children)
 
 
 def stream_text(name: str):

@@ -8,7 +8,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 import django_durable as durable
-from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent
+from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent, workflow_tool
 
 from . import ledger
 from .workflows import hold_once, mark
@@ -76,3 +76,38 @@ def refund(order_id: int) -> str:
 @durable.workflow("tests.refund_agent")
 def refund_agent(ctx, question="refund order 7"):
     return run_agent(ctx, refunder, question, approvers="testapp.approve_refund")
+
+
+def ship(order_id):
+    ledger.record("pydantic-dispatch", "ship")
+    if order_id == 13:
+        raise durable.NonRetryableError("no stock for order 13")
+    return f"replacement for order {order_id} shipped"
+
+
+@durable.workflow("tests.ship_replacement")
+def ship_replacement(ctx, order_id: int) -> str:
+    """Ship a replacement for a damaged order."""
+    return ctx.step("ship", ship, order_id)
+
+
+def _dispatch_model(messages, info):
+    """Runs the workflow tool for the order in the prompt, then says what it returned (or how it failed)."""
+    asked = next(part.content for message in messages for part in getattr(message, "parts", [])
+                 if part.part_kind == "user-prompt")
+    returned = [part.content for message in messages for part in getattr(message, "parts", [])
+                if part.part_kind in ("tool-return", "retry-prompt")]
+    if not returned:
+        order_id = int(asked.rpartition(" ")[2])
+        return ModelResponse(parts=[ToolCallPart(tool_name="ship_replacement", args={"order_id": order_id},
+                                                 tool_call_id="ship")])
+    return ModelResponse(parts=[TextPart(content=f"Done: {returned[0]}")])
+
+
+dispatcher = Agent(FunctionModel(_dispatch_model), name="dispatcher", capabilities=[DjangoDurability()],
+                   tools=[workflow_tool("tests.ship_replacement")])
+
+
+@durable.workflow("tests.dispatch_agent")
+def dispatch_agent(ctx, question="replace order 7"):
+    return run_agent(ctx, dispatcher, question)

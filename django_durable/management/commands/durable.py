@@ -504,6 +504,8 @@ def shape_lines(nodes: list[dict], indent: str) -> list[str]:
                          + (f"; tools {', '.join(node['tools'])}" if node["tools"] else ""))
             lines.extend(f"{indent}  wait for approval before {approval['name']} by {approval['approvers']}"
                          for approval in node.get("approvals", []))
+            lines.extend(f"{indent}  {child['name']} runs the child workflow {child['workflow']}"
+                         for child in node.get("children", []))
         elif kind == "call":
             lines.append(f"{indent}call {node['function']} (the task, retried as a whole)")
         elif kind == "stop":
