@@ -195,6 +195,17 @@ def test_a_workflow_tool_runs_its_workflow_as_a_child_of_the_agents_run():
     assert WorkflowRun.objects.filter(parent=run).count() == 1
 
 
+def test_workflow_tool_calls_in_one_response_start_their_children_at_once():
+    run = durable.start("tests.dispatch_agent", "replace orders 7 8")
+    drain(max_items=1)  # the agent's first advance: it asks for two replacements and starts both
+    children = WorkflowRun.objects.filter(parent=run)
+    assert sorted(child.get_input()["kwargs"]["order_id"] for child in children) == [7, 8]
+    assert {child.status for child in children} == {"pending"}
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == (
+        "Done: replacement for order 7 shipped; replacement for order 8 shipped")
+
+
 def test_a_workflow_tool_whose_child_fails_tells_the_model():
     run = durable.start("tests.dispatch_agent", "replace order 13")
     drain()

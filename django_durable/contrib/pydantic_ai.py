@@ -177,8 +177,9 @@ def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=
                 approved, denial = decide_tool(ctx, counts, agent.name, call.tool_name, call.args_as_dict(),
                                                call.tool_call_id, approvers=approvers, timeout=approval_timeout)
                 decisions[call.tool_call_id] = True if approved else ToolDenied(denial)
-            returned = {call.tool_call_id: _child(ctx, counts, agent, call, requests.metadata.get(call.tool_call_id))
-                        for call in requests.calls}
+            started = [(call, _child(ctx, counts, agent, call, requests.metadata.get(call.tool_call_id)))
+                       for call in requests.calls]  # every child at once, then their results
+            returned = {call.tool_call_id: _returned(child, workflow) for call, (child, workflow) in started}
             counts["run"] += 1
             result = asyncio.run(agent.run(
                 message_history=result.all_messages(),
@@ -223,17 +224,22 @@ def _parameters_schema(fn, name: str) -> dict:
     return create_model(f"{name.replace('.', '_')}_arguments", **fields).model_json_schema()
 
 
-def _child(ctx, counts: dict[str, int], agent, call, metadata: dict | None) -> Any:
-    """Run the workflow a workflow tool's call stands for as a child of `ctx`'s run: its result,
-    or the tool's failure for the model when it did not complete."""
+def _child(ctx, counts: dict[str, int], agent, call, metadata: dict | None) -> tuple[Any, str]:
+    """Start the workflow a workflow tool's call stands for as a child of `ctx`'s run: its handle
+    and the workflow's name."""
     workflow = (metadata or {}).get(_WORKFLOW)
     if workflow is None:
         raise NonRetryableError(f"The agent {agent.name!r} deferred the call of {call.tool_name!r} to be run "
                                 f"outside it; run_agent runs workflow tools (workflow_tool()) and waits for "
                                 f"approvals only: make the tool a workflow_tool, or a plain tool (a step).")
     key = f"{agent.name}__workflow:{call.tool_name}:{next_count(counts, f'workflow:{call.tool_name}')}"
+    return ctx.start_child(key, workflow, **call.args_as_dict()), workflow
+
+
+def _returned(child, workflow: str) -> Any:
+    """The child's result for the model, or the tool's failure when it did not complete."""
     try:
-        return ctx.child(key, workflow, **call.args_as_dict())
+        return child.result()
     except ChildFailed as failed:
         return ToolFailed(f"The workflow {workflow} ended {failed.status}: {failed.message}")
 

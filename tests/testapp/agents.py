@@ -92,16 +92,16 @@ def ship_replacement(ctx, order_id: int) -> str:
 
 
 def _dispatch_model(messages, info):
-    """Runs the workflow tool for the order in the prompt, then says what it returned (or how it failed)."""
+    """Runs the workflow tool for each order in the prompt, then says what they returned (or how they failed)."""
     asked = next(part.content for message in messages for part in getattr(message, "parts", [])
                  if part.part_kind == "user-prompt")
     returned = [part.content for message in messages for part in getattr(message, "parts", [])
                 if part.part_kind in ("tool-return", "retry-prompt")]
-    if not returned:
-        order_id = int(asked.rpartition(" ")[2])
-        return ModelResponse(parts=[ToolCallPart(tool_name="ship_replacement", args={"order_id": order_id},
-                                                 tool_call_id="ship")])
-    return ModelResponse(parts=[TextPart(content=f"Done: {returned[0]}")])
+    if not returned:  # "replace order 7" or "replace orders 7 8": one call per order, in one response
+        return ModelResponse(parts=[ToolCallPart(tool_name="ship_replacement", args={"order_id": int(order_id)},
+                                                 tool_call_id=f"ship-{order_id}")
+                                    for order_id in asked.split(" ")[2:]])
+    return ModelResponse(parts=[TextPart(content="Done: " + "; ".join(returned))])
 
 
 dispatcher = Agent(FunctionModel(_dispatch_model), name="dispatcher", capabilities=[DjangoDurability()],
