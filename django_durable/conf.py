@@ -59,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     # `durable health` and GET /durable/health/: a queue whose oldest ready item has waited longer
     # than this (seconds) is unhealthy.
     "HEALTH_MAX_LAG_SECONDS": 300.0,
+    "HEALTH_MAX_HORIZON_SECONDS": 300.0,
+    "HEALTH_MAX_HORIZON_TRANSACTIONS": 1_000_000,
     # GET /api/durable/workflows/{id}/stream/: how long one response streams before it ends (the
     # browser reconnects at once, with Last-Event-ID), so that no request is held for ever.
     "STREAM_MAX_SECONDS": 300.0,

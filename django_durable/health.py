@@ -11,7 +11,9 @@ rows (no count of the runs table), so a probe every few seconds costs the databa
   does not answer the probe passes: restarting the pod would not bring the database back.
 - ``all`` (monitoring, and the default): ``ready``, plus a live worker for every served queue (the
   queues registered workflows and tasks use, those of DURABLE_QUEUES, and any with work ready),
-  and the oldest ready item's wait against DURABLE_HEALTH_MAX_LAG_SECONDS per queue.
+  the oldest ready item's wait against DURABLE_HEALTH_MAX_LAG_SECONDS per queue, and on
+  PostgreSQL whether something holds VACUUM's horizon back longer than
+  DURABLE_HEALTH_MAX_HORIZON_SECONDS (django_durable.horizon).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from django.db import DatabaseError, connections, transaction
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from . import conf
+from . import conf, horizon
 
 PROBES = ("all", "ready", "live")
 
@@ -52,6 +54,7 @@ def report(probe: str = "all", *, queues=None, max_lag: float | None = None, hos
         if probe == "all" and checks[-1].ok:
             lag = float(conf.get("HEALTH_MAX_LAG_SECONDS") if max_lag is None else max_lag)
             checks.extend(_queues(set(queues) if queues else None, lag))
+            checks.append(horizon_check(db))
     if probe != "live":
         counted = checks
     return {"ok": all(check.ok for check in counted), "probe": probe, "checks": [asdict(check) for check in checks]}
@@ -125,6 +128,26 @@ def _queues(queues: set[str] | None, max_lag: float) -> list[Check]:
         live = _live_workers().count()
         checks.append(Check("workers", bool(live), f"{live} live" if live else "no live worker"))
     return checks
+
+
+def horizon_check(db: str | None = None) -> Check:
+    """The ``horizon`` check: unhealthy while something holds VACUUM's horizon back longer than
+    DURABLE_HEALTH_MAX_HORIZON_SECONDS (or DURABLE_HEALTH_MAX_HORIZON_TRANSACTIONS transactions,
+    where its age in time is not known). See django_durable.horizon."""
+    db = db or conf.get("DATABASE")
+    try:
+        found = horizon.holders(db)
+    except DatabaseError as exc:
+        return Check("horizon", True, f"not known: {type(exc).__name__}: {str(exc).strip()[:200]}")
+    seconds = float(conf.get("HEALTH_MAX_HORIZON_SECONDS"))
+    late = horizon.held_too_long(found, seconds, int(conf.get("HEALTH_MAX_HORIZON_TRANSACTIONS")))
+    if late:
+        more = f", and {len(late) - 1} more" if len(late) > 1 else ""
+        return Check("horizon", False, f"VACUUM cannot clean the queue's tables: {late[0].describe()}{more} "
+                                       f"(more than {seconds:g} s; see the cleanup horizon in docs/production.md)")
+    if found:
+        return Check("horizon", True, f"the oldest holder: {found[0].describe()}")
+    return Check("horizon", True, "nothing holds it back" if connections[db].vendor == "postgresql" else "not PostgreSQL")
 
 
 def as_text(data: dict) -> list[str]:

@@ -29,6 +29,7 @@ import hmac
 from collections import defaultdict
 
 from django.contrib.auth.models import AnonymousUser
+from django.db import DatabaseError
 from django.db.models import Count, F, Sum
 from django.http import HttpResponse
 from django.utils import timezone
@@ -39,7 +40,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.views import APIView
 
-from . import conf, stats
+from . import conf, horizon, stats
 from .api import errors as api_errors
 from .api.errors import SafeJSONRenderer
 from .models import Step, Worker, WorkflowRun, WorkItem
@@ -102,6 +103,27 @@ class DurableCollector:
         yield GaugeMetricFamily("durable_workers_live", "Workers that reported lately.", value=count)
         yield GaugeMetricFamily("durable_expired_claims", "Claims whose lease expired.",
                                 value=WorkItem.objects.using(db).expired().count())
+        yield from self._horizon(db, GaugeMetricFamily)
+
+    def _horizon(self, db, GaugeMetricFamily):
+        # What holds VACUUM's horizon back (PostgreSQL): the oldest of each kind, its age.
+        seconds = GaugeMetricFamily("durable_horizon_age_seconds", "How long the oldest of each kind of holder of "
+                                    "VACUUM's horizon has held it (where known).", labels=["kind"])
+        transactions = GaugeMetricFamily("durable_horizon_age_transactions", "How many transactions old the "
+                                         "horizon the oldest of each kind of holder keeps is.", labels=["kind"])
+        try:
+            found = horizon.holders(db, limit=20)
+        except DatabaseError:
+            found = []
+        oldest: dict[str, horizon.Holder] = {}
+        for holder in found:  # oldest first
+            oldest.setdefault(holder.kind, holder)
+        for kind, holder in sorted(oldest.items()):
+            if holder.seconds is not None:
+                seconds.add_metric([kind], holder.seconds)
+            transactions.add_metric([kind], holder.transactions)
+        yield seconds
+        yield transactions
 
     def _steps(self, db, now, HistogramMetricFamily, GaugeMetricFamily):
         # The steps of the runs finished in the last hour: found through the runs' finished_at index

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from django.db import DatabaseError
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -178,4 +179,15 @@ def summary(now: dt.datetime | None = None) -> dict:
         "expired_claims": WorkItem.objects.expired().count(),
         "workers": {"live": workers.filter(last_seen__gte=since).count(),
                     "stale": workers.filter(last_seen__lt=since).count()},
+        "horizon": [holder.as_dict() for holder in _horizon()],
     }
+
+
+def _horizon() -> list:
+    """What holds VACUUM's horizon back, oldest first (django_durable.horizon); [] if not known."""
+    from . import horizon
+
+    try:
+        return horizon.holders(limit=3)
+    except DatabaseError:
+        return []

@@ -41,7 +41,7 @@ start)
   as_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
   as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=200 -c shared_buffers=256MB" \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=200 -c shared_buffers=256MB -c max_prepared_transactions=10" \
     start >&2 || { cat "$dir/server.log" >&2; exit 1; }
   as_owner "$bindir/createdb" -h "$dir" -p "$port" -U postgres durable
   echo "postgres://postgres@127.0.0.1:$port/durable"

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_durable"
 
 LAYERS = [
     {"ids", "clock", "conf", "humanize", "interrupts", "journal", "determinism", "exceptions", "retry", "faults",
-     "queues", "databases", "routers", "registry", "signals", "cron"},
+     "queues", "databases", "routers", "registry", "signals", "cron", "horizon"},
     {"models", "models.*", "payloads", "serialization", "telemetry", "partitioning.keys", "partitioning.tables"},
     {"approvers", "partitioning", "partitioning.*"},
     {"workpool", "workpool.*"},

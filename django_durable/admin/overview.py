@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
+from ..health import horizon_check
 from ..models import Overview, Schedule, Worker, WorkflowRun, WorkItem
 from ..stats import (
     OUTCOMES,
@@ -52,6 +53,7 @@ class OverviewAdmin(PageAdmin):
             failures=recent_failures(with_message=request.user.has_perm("django_durable.view_payload_workflowrun")),
             schedules=list(Schedule.objects.filter(status=Schedule.Status.ACTIVE, next_fire_at__isnull=False)
                            .order_by("next_fire_at")[:5]),
+            horizon=horizon_check(),
         )
         return TemplateResponse(request, "admin/django_durable/overview.html", context)
 

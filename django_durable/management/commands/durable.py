@@ -442,6 +442,9 @@ class Command(BaseCommand):
             self.stdout.write("no work is waiting for a worker")
         self.stdout.write(f"workers: {data['workers']['live']} live, {data['workers']['stale']} stale; "
                           f"{data['expired_claims']} claim(s) with an expired lease")
+        if data["horizon"]:
+            self.stdout.write(f"VACUUM's horizon is held by {data['horizon'][0]['detail']}"
+                              + (f" (and {len(data['horizon']) - 1} more)" if len(data["horizon"]) > 1 else ""))
 
     # -- output ----------------------------------------------------------------------------------
 
