@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-latest docs bench bench-peers bench-fairness chaos soak-tasks hosts failover pooler producers clean
+.PHONY: demo test test-fast test-latest docs bench bench-peers bench-fairness bench-horizon chaos soak-tasks hosts failover pooler producers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: $(STAMP)
 # bench/.venvs/, interleaved rounds on one throwaway PostgreSQL (see bench/peers/rounds.py).
 bench-peers: $(STAMP)
 	scripts/bench-peers.sh $(BENCH_ARGS)
+
+# A steady load at 70% of each system's drain rate for 10 minutes while a REPEATABLE READ
+# snapshot is held for 5 of them, on a throwaway PostgreSQL (bench/horizon.py).
+bench-horizon: $(STAMP)
+	BENCH_SCRIPT=bench/horizon.py scripts/run-bench.sh $(BENCH_ARGS)
 
 # Fair shares within a queue: a backlog of 10,000 runs of one key, then 10 of another, drained
 # fair and first-come in alternating rounds on a throwaway PostgreSQL (bench/fairness.py).

@@ -257,3 +257,82 @@ def argument(name: str, default=None):
     if f"--{name}" in sys.argv:
         return sys.argv[sys.argv.index(f"--{name}") + 1]
     return default
+
+
+# -- a steady load while a snapshot is held (make bench-horizon) ------------------------------------
+
+WINDOW = 10.0  # seconds a sample covers
+
+
+def steady(system: str, version: str, url: str, enqueue, rate: float, seconds: float, hold_at: float,
+           hold_for: float, tables: list[str], jobs, settle: float = 120.0) -> None:
+    """Enqueue at `rate` jobs a second for `seconds` (each its own commit, paced by the clock)
+    while the system's workers run, with one REPEATABLE READ snapshot held open from `hold_at` to
+    `hold_at + hold_for` seconds; every WINDOW seconds, the dead and live row versions, and the
+    table and index sizes, of `tables`. Then wait (at most `settle` s) for the backlog to drain and
+    print, per window: jobs finished, enqueue-to-claim latency p50/p99 of the jobs claimed in it,
+    the backlog at its end, and the tables' figures. `jobs()` lists each job's (enqueued, claimed,
+    finished) epoch seconds by the database's clock; claimed and finished None while not yet."""
+    import threading
+
+    import psycopg
+
+    url = url.replace("postgres://", "postgresql://", 1)
+    stop, samples = threading.Event(), []
+    begin = time.time()
+
+    def sample() -> None:
+        with psycopg.connect(url, autocommit=True) as connection:
+            while True:
+                rows = connection.execute(
+                    "SELECT relname, n_dead_tup, n_live_tup, pg_table_size(relid), pg_indexes_size(relid), "
+                    "autovacuum_count, last_autovacuum FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+                    [tables]).fetchall()
+                samples.append((time.time() - begin, {row[0]: {
+                    "dead": row[1], "live": row[2], "table_kb": row[3] // 1024, "index_kb": row[4] // 1024,
+                    "autovacuums": row[5]} for row in rows}))
+                if stop.wait(WINDOW):
+                    return
+
+    def hold() -> None:
+        if stop.wait(hold_at):
+            return
+        with psycopg.connect(url, application_name="bench-horizon-holder") as holder:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute(f"SELECT count(*) FROM {tables[0]}")  # the snapshot, held until the commit
+            stop.wait(hold_for)
+            holder.execute("COMMIT")
+
+    threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=hold, daemon=True)]
+    for thread in threads:
+        thread.start()
+    n = 0
+    while (due := begin + n / rate) < begin + seconds:  # the n-th job's time: no drift, no burst after a stall
+        time.sleep(max(0.0, due - time.time()))
+        enqueue(n)
+        n += 1
+    deadline = time.time() + settle
+    while time.time() < deadline and any(finished is None for _, _, finished in jobs()):
+        time.sleep(1)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    report({"system": system, "version": version, "rate": rate, "seconds": seconds, "enqueued": n,
+            "hold": [hold_at, hold_at + hold_for], "windows": windows(jobs(), begin, seconds + settle, samples)})
+
+
+def windows(jobs: list, begin: float, span: float, samples: list) -> list[dict]:
+    """The per-window figures of steady(): `jobs` as (enqueued, claimed, finished) epoch seconds."""
+    found = []
+    for index in range(int(span // WINDOW) + 1):
+        start, end = begin + index * WINDOW, begin + (index + 1) * WINDOW
+        claimed = [float(c) - float(e) for e, c, _ in jobs if c is not None and start <= float(c) < end]
+        finished = sum(1 for _, _, f in jobs if f is not None and start <= float(f) < end)
+        backlog = sum(1 for e, _, f in jobs if float(e) < end and (f is None or float(f) >= end))
+        if not claimed and not finished and not backlog and index * WINDOW > 0:
+            break
+        tables = next((figures for at, figures in samples if at >= index * WINDOW), {})
+        found.append({"t": index * WINDOW, "finished": finished, "backlog": backlog,
+                      "claim_p50_ms": 1000 * statistics.median(claimed) if claimed else None,
+                      "claim_p99_ms": 1000 * percentile(claimed, 0.99) if claimed else None, "tables": tables})
+    return found

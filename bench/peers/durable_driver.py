@@ -5,7 +5,8 @@
 W5: N one-step django.tasks tasks (DurableBackend) enqueued one at a time, then drained by P worker
 processes (`durable_worker --burst -c P`); with --workflows, N one-step workflows (a journal entry
 each) instead. W2: one task at a time on an idle worker. W1: N ten-step
-workflows drained by P processes. W3: one workflow mapping a step over N items, P processes.
+workflows drained by P processes. W3: one workflow mapping a step over N items, P processes. Steady: jobs at --rate a second for
+--seconds while a snapshot is held (make bench-horizon, bench/horizon.py).
 The ceiling is bench/run.py's plain psycopg loop over N rows: one UPDATE ... WHERE id = (SELECT ...
 FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING a row in autocommit, or with --loop four-trips the
 transaction of a SELECT and an UPDATE that earlier figures were measured against.
@@ -24,8 +25,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
 from common import (  # noqa: E402
     analyze, argument, busy_seconds, latency_w2, postmaster, report, report_w1, report_w5, run_workers, serving,
-    system_cpu,
-    timed_enqueue,
+    steady, system_cpu, timed_enqueue, wait_until,
 )
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
@@ -96,6 +96,36 @@ def w2(jobs: int) -> None:
         latency_w2("django-durable", VERSION, jobs, lambda n: one_step.enqueue(n).id, finished, server_seconds)
 
 
+def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hold_for: float, mix: bool) -> None:
+    """A steady load (make bench-horizon): one-step tasks, and with --mix every tenth job a ten-step
+    workflow instead, at `rate` a second, on `processes` workers, while a snapshot is held."""
+    import django_durable as durable
+    from bench.benchapp.tasks import one_step
+
+    harness.truncate()
+
+    def enqueue(n: int) -> None:
+        if mix and n % 10 == 9:
+            durable.start("bench.ten_steps", n=10)
+        else:
+            one_step.enqueue(n)
+
+    def jobs() -> list:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM started_at), "
+                           "EXTRACT(EPOCH FROM finished_at) FROM durable_workflow_run")
+            return cursor.fetchall()
+
+    with serving([harness.worker_command("-c", str(processes), "-v", "0")], env=harness.worker_env()):
+        for n in range(20):  # the workers up and their statements prepared before the clock starts
+            enqueue(n)
+        wait_until(lambda: all(finished is not None for _, _, finished in jobs()), timeout=120, every=0.1)
+        harness.truncate()
+        steady("django-durable" + (" (tasks and ten-step workflows)" if mix else ""), VERSION,
+               os.environ["DATABASE_URL"], enqueue, rate, seconds, hold_at, hold_for,
+               ["durable_work_item", "durable_workflow_run", "durable_step"], jobs)
+
+
 def main() -> None:
     workload = argument("workload", "w5")
     jobs, processes = int(argument("jobs", 5000)), int(argument("processes", 2))
@@ -116,6 +146,9 @@ def main() -> None:
         w2(jobs)
     elif workload == "w1":
         w1(jobs, processes)
+    elif workload == "steady":
+        steady_load(float(argument("rate", 500)), float(argument("seconds", 600)), processes,
+                    float(argument("hold-at", 120)), float(argument("hold-for", 300)), "--mix" in sys.argv)
     elif workload == "w3":
         harness.w3_fanout([jobs], processes)
         with connection.cursor() as cursor:  # by the database's clock, as for the peers

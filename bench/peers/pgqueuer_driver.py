@@ -19,7 +19,9 @@ from importlib.metadata import version
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import analyze, argument, latency_w2, report_w5, run_workers, serving, timed_enqueue  # noqa: E402
+from common import (  # noqa: E402
+    analyze, argument, latency_w2, report_w5, run_workers, serving, steady, timed_enqueue, wait_until,
+)
 
 URL = (os.environ.get("PGQUEUER_URL") or argument("url", "")).replace("postgres://", "postgresql://", 1)
 # The driver its workers use: psycopg (the default here), or asyncpg (--driver asyncpg; its
@@ -116,6 +118,31 @@ def w2(jobs: int) -> None:
         latency_w2(NAME, version("pgqueuer"), jobs, enqueue, finished, server_seconds)
 
 
+def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hold_for: float) -> None:
+    """A steady load of one-step jobs (make bench-horizon) on `processes` continuous `pgq run`s."""
+    import psycopg
+
+    with psycopg.connect(URL, autocommit=True) as connection:
+        connection.execute("TRUNCATE pgqueuer, pgqueuer_log")
+
+        def jobs() -> list:
+            return connection.execute(
+                "SELECT EXTRACT(EPOCH FROM min(created) FILTER (WHERE status = 'queued')), "
+                "EXTRACT(EPOCH FROM min(created) FILTER (WHERE status = 'picked')), "
+                "EXTRACT(EPOCH FROM min(created) FILTER (WHERE status = 'successful')) "
+                "FROM pgqueuer_log GROUP BY job_id").fetchall()
+
+        with serving([CLI] * processes, env=ENV):
+            enqueue = _enqueuer(connection)
+            for n in range(20):  # the workers up before the clock starts
+                enqueue(n)
+            wait_until(lambda: sum(1 for *_, finished in jobs() if finished is not None) == 20, timeout=120,
+                       every=0.1)
+            connection.execute("TRUNCATE pgqueuer, pgqueuer_log")
+            steady(NAME, version("pgqueuer"), URL, enqueue, rate, seconds, hold_at, hold_for,
+                   ["pgqueuer", "pgqueuer_log"], jobs)
+
+
 def worker(drain: bool) -> None:
     """`pgq run` with its defaults (batch size 10); --drain: `--mode drain`, exit once the queue is empty."""
     from datetime import timedelta
@@ -134,6 +161,10 @@ def main() -> None:
     workload = argument("workload", "w5")
     jobs, processes = int(argument("jobs", 5000)), int(argument("processes", 2))
     _install()
+    if workload == "steady":
+        steady_load(float(argument("rate", 500)), float(argument("seconds", 600)), processes,
+                    float(argument("hold-at", 120)), float(argument("hold-for", 300)))
+        return
     {"w5": lambda: w5(jobs, processes), "w2": lambda: w2(jobs)}[workload]()
 
 
