@@ -22,9 +22,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(300),
               pytest.mark.skipif(ON_POSTGRES, reason="the demo runs on SQLite")]
 
 
-@pytest.fixture
-def demo(tmp_path):
-    """The demo's base URL, running until the test ends."""
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    """The demo's directory: its database, its log, and the file the support agent's stand-in
+    model waits for (SUPPORT_HOLD) half-way through an answer."""
+    return tmp_path_factory.mktemp("demo")
+
+
+@pytest.fixture(scope="module")
+def demo(demo_dir):
+    """The demo's base URL, running until the module's tests end (started once: ~20 s)."""
+    tmp_path = demo_dir
     port = free_port()
     env = {**os.environ, "PORT": str(port), "DEMO_DATABASE_URL": f"sqlite:///{tmp_path / 'shop.sqlite3'}",
            "PY": sys.executable, "SUPPORT_HOLD": str(tmp_path / "support-go")}
@@ -162,7 +170,7 @@ def test_a_visitor_clicks_through_the_shop(browser, demo):  # noqa: F811 (the fi
     assert "render:8" in browser.page_source
 
 
-def test_the_support_agents_answer_arrives_word_by_word_while_the_model_writes_it(browser, demo, tmp_path):  # noqa: F811
+def test_the_support_agents_answer_arrives_word_by_word_while_the_model_writes_it(browser, demo, demo_dir):  # noqa: F811
     """A customer asks the support agent for a refund: the agent looks the order up (a tool), asks
     for the refund (a tool that waits for someone with orders.approve_refund), and its answer
     reaches the ticket's page while the model's request is still running (the stand-in model stops
@@ -204,7 +212,7 @@ def test_the_support_agents_answer_arrives_word_by_word_while_the_model_writes_i
     partial = answer().text
     assert "About the refund" not in partial and answer().get_attribute("data-ended") is None, partial
     assert browser.find_element(By.ID, "ticket").get_attribute("data-ended") is None
-    (tmp_path / "support-go").touch()
+    (demo_dir / "support-go").touch()
     assert wait_for(lambda: browser.find_element(By.ID, "ticket").get_attribute("data-ended"), timeout=60,
                     interval=0.25, message="the answer to end") == "completed"
     text = answer().text

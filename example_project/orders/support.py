@@ -13,15 +13,11 @@ answer until that file exists.
 """
 
 import asyncio
+import functools
 import os
 import re
 
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelResponse, TextPart
-from pydantic_ai.models.function import DeltaToolCall, FunctionModel
-
 import django_durable as durable
-from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent, stream_text
 
 from .models import Order
 
@@ -40,11 +36,11 @@ async def _scripted(messages, info):
     order_id = int(re.search(r"order (\d+)", asked)[1])
     returned = _returned(messages)
     if "look_up_order" not in returned:
-        yield {0: DeltaToolCall(name="look_up_order", json_args=f'{{"order_id": {order_id}}}', tool_call_id="look")}
+        yield {0: _tool_call(name="look_up_order", json_args=f'{{"order_id": {order_id}}}', tool_call_id="look")}
         return
     wants_refund = "refund" in asked.lower()
     if wants_refund and "refund_order" not in returned:
-        yield {0: DeltaToolCall(name="refund_order", json_args=f'{{"order_id": {order_id}}}', tool_call_id="refund")}
+        yield {0: _tool_call(name="refund_order", json_args=f'{{"order_id": {order_id}}}', tool_call_id="refund")}
         return
     answer = f"Thank you for writing. I looked at your order: {returned['look_up_order']}."
     if wants_refund:
@@ -67,23 +63,39 @@ async def _held() -> None:
         await asyncio.sleep(0.1)
 
 
-agent = Agent(
-    os.environ.get("SUPPORT_MODEL") or FunctionModel(stream_function=_scripted, model_name="scripted-support"),
-    name="support",
-    instructions="You are the support desk of a small shop. Look the order up before you answer. "
-                 "Refund an order only when the customer asks for it.",
-    capabilities=[DjangoDurability(event_stream_handler=stream_text("answer"))],
-)
+def _tool_call(**call):
+    from pydantic_ai.models.function import DeltaToolCall
+
+    return DeltaToolCall(**call)
 
 
-@agent.tool_plain
+@functools.cache
+def agent():
+    """The agent, made when it first runs: pydantic-ai takes about 2 s to import, which every
+    manage.py command of the project (migrate, runserver, the workers) would pay at start-up."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from django_durable.contrib.pydantic_ai import DjangoDurability, stream_text
+
+    support_agent = Agent(
+        os.environ.get("SUPPORT_MODEL") or FunctionModel(stream_function=_scripted, model_name="scripted-support"),
+        name="support",
+        instructions="You are the support desk of a small shop. Look the order up before you answer. "
+                     "Refund an order only when the customer asks for it.",
+        capabilities=[DjangoDurability(event_stream_handler=stream_text("answer"))],
+    )
+    support_agent.tool_plain(look_up_order)
+    support_agent.tool_plain(requires_approval=True)(refund_order)
+    return support_agent
+
+
 def look_up_order(order_id: int) -> str:
     """The order's contents and status."""
     order = Order.objects.get(pk=order_id)
     return f"order {order.pk}, {order.quantity} x {order.product} for {order.total}, {order.status}"
 
 
-@agent.tool_plain(requires_approval=True)
 def refund_order(order_id: int) -> str:
     """Refund a shipped order in full. Waits for someone allowed to approve refunds."""
     updated = Order.objects.filter(pk=order_id, status="shipped").update(status="refunded")
@@ -93,5 +105,7 @@ def refund_order(order_id: int) -> str:
 @durable.workflow("orders.support")
 def support(ctx: durable.Context, order_id: int, question: str) -> str:
     """Answer a customer's question about an order, with the order's data and, if asked, a refund."""
-    return run_agent(ctx, agent, f"About order {order_id}: {question}",
+    from django_durable.contrib.pydantic_ai import run_agent
+
+    return run_agent(ctx, agent(), f"About order {order_id}: {question}",
                      approvers={"refund_order": "orders.approve_refund"})
