@@ -19,7 +19,7 @@ from django_durable.contrib import agent_runs  # noqa: E402
 from django_durable.models import Approval, Step, WorkflowRun  # noqa: E402
 from django_durable.replaycheck import check_run  # noqa: E402
 from django_durable.testing import drain  # noqa: E402
-from tests.harness.workers import wait_for  # noqa: E402
+from tests.harness.workers import ON_POSTGRES, wait_for  # noqa: E402
 from tests.testapp import agents, ledger, openai_agents  # noqa: E402 - register the desks' workflows
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the steps write on threads of their own
@@ -164,6 +164,7 @@ def test_the_admin_reads_an_agent_run_as_a_conversation_and_the_api_gives_its_us
 
 @pytest.mark.processes
 @pytest.mark.timeout(360)
+@pytest.mark.skipif(not ON_POSTGRES, reason="an agent's replay does not depend on the database: killed once, on PostgreSQL")
 def test_a_worker_killed_after_an_approved_refund_does_not_refund_again(desk, start_worker, tmp_path, approver):
     """RELIABILITY T52: the run waits for the refund's approval with no worker holding it; once
     approved, the refund runs, and the worker is SIGKILLed in the model request after it. The next

@@ -17,7 +17,7 @@ from django_durable.contrib.pydantic_ai import DjangoDurability, run_agent, stre
 from django_durable.models import Step, WorkflowRun  # noqa: E402
 from django_durable.replaycheck import check_run  # noqa: E402
 from django_durable.testing import drain  # noqa: E402
-from tests.harness.workers import wait_for  # noqa: E402
+from tests.harness.workers import ON_POSTGRES, wait_for  # noqa: E402
 from tests.testapp import agents, ledger  # noqa: E402,F401 - agents registers tests.support_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the steps write on threads of their own
@@ -110,6 +110,7 @@ def test_outside_a_workflow_the_agent_runs_as_a_plain_agent():
 
 @pytest.mark.processes
 @pytest.mark.timeout(360)
+@pytest.mark.skipif(not ON_POSTGRES, reason="an agent's replay does not depend on the database: killed once, on PostgreSQL")
 def test_a_worker_killed_in_a_tool_call_makes_no_completed_request_again(start_worker, tmp_path):
     """RELIABILITY T52: SIGKILL while the agent's tool runs; the next worker replays the first
     model request from the journal, runs the tool call that was in flight again, then the rest."""

@@ -169,7 +169,7 @@ class Soak:
         self.runs: dict[str, tuple[str, object]] = {}  # run id -> (kind, argument)
         self.sends: list[tuple[float, str, int]] = []  # (when, run id, index): signals to send
         self.kills: list[tuple[float, int]] = []
-        self.restarts: list[float] = []
+        self.restarts: list[tuple[float, float]] = []  # (began, answered again), epoch seconds
         self.pauses: list[tuple[float, float, int]] = []  # (stopped, resumed, pid)
         self.broken: list[str] = []
         self.supervisors: list[subprocess.Popen] = []
@@ -302,8 +302,9 @@ class Soak:
                 _kill(victim, signal.SIGKILL)
             if now >= next_restart:
                 next_restart = now + rng.uniform(20, 60)
-                self.restarts.append(time.time())
+                began = time.time()
                 self.server.restart()
+                self.restarts.append((began, time.time()))
             if now >= next_pause and workers:
                 victim = rng.choice(workers)
                 stopped = time.time()
@@ -489,6 +490,12 @@ class Checker:
                 .values_list("run_id", "key", "status", "finished_at"))):
             self.steps[str(run_id)][key] = (status, finished_at)
         self.killed = {pid for _, pid in soak.kills}
+        # (pid, run) of each run a worker handed back, which it does only when a database error kept
+        # it from writing (a restart, an injected fault, a statement a pooler lost): the step it ran
+        # runs again from the last checkpoint.
+        self.handed_back = {(int(pid), run) for log in sorted(soak.workdir.glob("supervisor-*.log"))
+                            for pid, run in re.findall(r"Worker \S+:(\d+) handed run (\S+) back",
+                                                       log.read_text(errors="replace"))}
 
     def started(self, kind: str):
         """(run id, argument) of the runs the soak started of `kind`."""
@@ -516,6 +523,7 @@ class Checker:
             "retries of failed attempts": retries,
             "re-executions (explained by a fault)": f"{reexecuted} ({explained})",
             "worker exits": f"{exits} (killed {len(self.killed)})",
+            "runs handed back after a database error": len(self.handed_back),
             "drain time after the chaos": "did not drain" if drained_in is None else f"{drained_in:.1f} s",
         }
         return Report(soak, figures, self.violations)
@@ -608,12 +616,15 @@ class Checker:
                     continue
                 reexecuted += 1
                 if (earlier["pid"] in self.killed or earlier["pid"] in paused
-                        or any(earlier["at"] - 1 <= t <= entry["at"] for t in soak.restarts)
+                        or (earlier["pid"], run_id) in self.handed_back
+                        or any(_outage_explains(outage, earlier["at"], entry["at"]) for outage in soak.restarts)
                         or (soak.options.db_faults and "g2" in (earlier["group"], entry["group"]))):
                     explained += 1
                 else:
+                    outages = "; ".join(f"{began:.3f}–{answered:.3f}" for began, answered in soak.restarts)
                     unexplained.append(f"run {run_id} step {key!r} attempt {entry['attempt']}: pid {earlier['pid']} "
-                                       f"at {earlier['at']:.3f}, again by pid {entry['pid']} at {entry['at']:.3f}")
+                                       f"at {earlier['at']:.3f}, again by pid {entry['pid']} at {entry['at']:.3f} "
+                                       f"(PostgreSQL restarts: {outages or 'none'})")
         return executions, retries, reexecuted, explained
 
     def worker_exits(self) -> int:
@@ -636,6 +647,14 @@ class Checker:
         busy = retrying(lambda: list(WorkItem.objects.filter(status__in=["pending", "processing"])
                                      .values_list("id", "kind", "status", "run_id")))
         self.violations["nothing left claimed or queued"] += [f"work item {item}" for item in busy]
+
+
+def _outage_explains(outage: tuple[float, float], first: float, again: float) -> bool:
+    """Whether a restart of PostgreSQL (`outage`: from its start to the server answering again)
+    explains a step run at `first` and again at `again`: it began between a second before the
+    first and the second."""
+    began, _answered = outage
+    return first - 1 <= began <= again
 
 
 def _paused_then(entry, paused) -> bool:
