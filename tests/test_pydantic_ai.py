@@ -192,6 +192,11 @@ def test_a_workflow_tool_runs_its_workflow_as_a_child_of_the_agents_run():
     entry = Step.objects.get(run=run, key="dispatcher__workflow:ship_replacement:0")
     assert entry.kind == "child" and entry.status == "completed"
     assert ledger.counts("pydantic-dispatch") == {"ship": 1}
+    from django_durable.contrib import agent_runs
+
+    turns, _ = agent_runs.of_run(finished)[:2]
+    assert [(turn.kind, turn.tool, turn.text) for turn in turns][1:3] == [
+        ("tool_call", "ship_replacement", ""), ("tool_result", "ship_replacement", "replacement for order 7 shipped")]
     assert check_run(finished).ok  # the replay starts no second child
     assert WorkflowRun.objects.filter(parent=run).count() == 1
 

@@ -10,7 +10,8 @@ An agent's run in the journal:
   the model's response (pydantic-ai's JSON: ``parts``; the OpenAI Agents SDK's: ``output`` items),
   with its token usage and the model's name;
 - a tool call: a step ``<agent>__….call_tool:<tool>:<n>``, whose result is what the tool returned;
-- an approval: the wait ``<agent>__approval:<tool>:<n>``, with its decision.
+- an approval: the wait ``<agent>__approval:<tool>:<n>``, with its decision;
+- a workflow tool's call: the child run ``<agent>__workflow:<tool>:<n>``, whose result is the child's.
 
 The cost of a request is the provider's, when it said (``usage.cost``), else the price of its
 tokens at the time of the request by genai-prices (pydantic-ai's), when the model is one it
@@ -31,6 +32,7 @@ from ..exceptions import NonRetryableError, RetryAfter
 _MODEL = re.compile(r"^(?P<agent>.+?)__model\.request(?:_stream)?:\d+$")
 _TOOL = re.compile(r"^(?P<agent>.+?)__.*\.call_tool:(?P<tool>.+):\d+$")
 _APPROVAL = re.compile(r"^(?P<agent>.+?)__approval:(?P<tool>.+):\d+$")
+_CHILD = re.compile(r"^(?P<agent>.+?)__workflow:(?P<tool>.+):\d+$")  # a workflow tool's child run
 
 
 def model_key(agent: str, count: int) -> str:
@@ -166,7 +168,8 @@ def of_run(run, limit: int = 500) -> tuple[list[Turn], Usage, bool] | None:
     if not steps.filter(key__contains="__model.request").exists():
         return None
     entries = steps.filter(Q(key__contains="__model.request") | Q(key__contains=".call_tool:")
-                           | Q(key__contains="__approval:") | Q(kind=Step.Kind.LOG)).order_by("seq")
+                           | Q(key__contains="__approval:") | Q(key__contains="__workflow:")
+                           | Q(kind=Step.Kind.LOG)).order_by("seq")
     turns, usage = read(entries[:limit])
     return turns, usage, entries[limit:].exists()
 
@@ -202,8 +205,10 @@ def read(steps) -> tuple[list[Turn], Usage]:
                 elif kind == "tool-call":
                     turns.append(Turn("tool_call", match["agent"], tool=part.get("tool_name", ""),
                                       args=part.get("args"), key=key, at=step.started_at))
-        elif match := _TOOL.match(key):
+        elif match := _TOOL.match(key) or _CHILD.match(key):
             value = _json(step.result) if step.status == "completed" else None
+            if isinstance(value, dict) and value.get("kind") == "call_deferred":
+                continue  # the call handed to a workflow tool's child (the next entry) or to people
             returned = value.get("result", value) if isinstance(value, dict) and value.get("kind") == "tool_return" else value
             turns.append(Turn("tool_result", match["agent"], "" if returned is None else _shown(returned),
                               tool=match["tool"], key=key, status=step.status, at=step.started_at))
