@@ -25,7 +25,7 @@ from django_durable.models import (
     WorkItem,
 )
 from django_durable.testing import drain
-from tests.conftest import ledger_counts
+from tests.conftest import ON_POSTGRES, ledger_counts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -482,7 +482,8 @@ def test_the_overview_and_a_run_page_cost_a_fixed_number_of_queries(admin_client
     for x in range(20):
         durable.start("tests.raises")
     drain()
-    assert count_queries(admin_client, "/admin/django_durable/overview/") == before <= 14
+    # At most 14, and on PostgreSQL one more: who holds VACUUM's horizon back (django_durable.horizon).
+    assert count_queries(admin_client, "/admin/django_durable/overview/") == before <= (15 if ON_POSTGRES else 14)
 
 
 def test_the_overview_counts_a_past_hour_once_and_then_reads_it_from_the_cache():
