@@ -183,3 +183,31 @@ def test_a_worker_killed_after_an_approved_refund_does_not_refund_again(desk, st
     assert durable.wait(run.pk, timeout=1) == ANSWER
     assert ledger.counts(desk.ledger) == {"model": 4, "look_up": 1, "refund": 1}  # the request in flight twice
     assert Step.objects.get(run=run, key=desk.refund_step).attempts == 1
+
+
+def test_an_approval_with_a_timeout_that_nobody_decides_fails_the_run(desk):
+    from django_durable.testing import clock
+
+    name = f"tests.{desk.name}_hurried"
+    durable.workflow(name)(lambda ctx: desk.run_agent(ctx, desk.agent, "refund order 7",
+                                                      approvers="testapp.approve_refund", approval_timeout=60))
+    with clock() as frozen:
+        run = durable.start(name)
+        drain()
+        assert WorkflowRun.objects.get(pk=run.pk).status == "waiting"
+        frozen.advance(seconds=61)
+        drain()
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert finished.status == "failed" and finished.get_error()["type"].endswith("ApprovalTimeout"), finished.error
+    assert "refund" not in ledger.counts(desk.ledger)
+
+
+def test_a_providers_wait_is_capped_at_the_retry_policys_longest_back_off():
+    from django_durable.exceptions import NonRetryableError, RetryAfter
+
+    error = RuntimeError("slow down")
+    assert agent_runs.retry_answer(error, status=429, retry_after=600, ceiling=30).seconds == 30
+    assert agent_runs.retry_answer(error, status=429, retry_after=12, ceiling=None).seconds == 12
+    assert isinstance(agent_runs.retry_answer(error, status=429, retry_after=12), RetryAfter)
+    assert isinstance(agent_runs.retry_answer(error, status=400, retry_after=None), NonRetryableError)
+    assert agent_runs.retry_answer(error, status=503, retry_after=None) is error  # the policy's back-off

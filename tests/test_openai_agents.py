@@ -87,3 +87,21 @@ def test_a_request_the_provider_refuses_is_not_tried_again():
     drain()
     assert WorkflowRun.objects.get(pk=run.pk).status == "failed"
     assert Step.objects.get(run=run, key="refused__model.request:0").attempts == 1
+
+
+def test_a_run_configs_model_is_made_durable_for_every_agent(approver):
+    """RunConfig(model=...) overrides every agent's model: run_agent wraps it in each agent's copy."""
+    from agents import Agent, RunConfig
+
+    from django_durable.contrib.openai_agents import run_agent
+
+    agent = Agent(name="configured", model="a-name-no-provider-serves", tools=[openai_agents.look_up, openai_agents.refund])
+    durable.workflow("tests.openai_configured")(lambda ctx: run_agent(
+        ctx, agent, "order 7?", approvers="testapp.approve_refund", run_config=RunConfig(model=openai_agents.DeskModel())))
+    run = durable.start("tests.openai_configured")
+    drain()
+    durable.decide(run.pk, "configured__approval:refund:0", approver, approve=True)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).get_result() == "Order: order 7 shipped. Refund: refunded order 7."
+    keys = set(Step.objects.filter(run=run, kind="step").values_list("key", flat=True))
+    assert {"configured__model.request:0", "configured__model.request:2"} <= keys, keys

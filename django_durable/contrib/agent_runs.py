@@ -54,6 +54,43 @@ def next_count(counts: dict[str, int], name: str) -> int:
     return count
 
 
+def describing(ctx) -> bool:
+    """Whether `ctx` is describe()'s recorder of shapes: run_agent then records the agent's loop
+    as one node (describe_agent) and runs nothing."""
+    from ..engine.describe import Recorder
+
+    return isinstance(ctx, Recorder)
+
+
+def step_config(retry=None, timeout: float | None = None) -> dict:
+    """The keyword arguments of ctx.astep() for each unit of an agent's run: those given."""
+    return {key: value for key, value in (("retry", retry), ("timeout", timeout)) if value is not None}
+
+
+def approvers_for(approvers, tool: str):
+    """Who may approve a call of `tool`: `approvers`, or its entry for the tool when it is a dict."""
+    return approvers.get(tool) if isinstance(approvers, dict) else approvers
+
+
+async def run_unit(ctx, key: str, module: str, label: str, call, config: dict, answer) -> Any:
+    """Run the coroutine function `call` as the step `key` of the run `ctx`, named `module.label`
+    in the admin's step list (the framework's, and the unit's name). `answer(exc)` maps an error of the model's provider to what it means to the
+    step's retries (retry_answer), or returns None for any other error, which goes as it is."""
+    ceiling = config["retry"].max_backoff if "retry" in config else None
+
+    async def unit() -> Any:
+        try:
+            return await call()
+        except Exception as exc:
+            mapped = answer(exc, ceiling)
+            if mapped is None or mapped is exc:
+                raise
+            raise mapped from exc
+
+    unit.__module__, unit.__qualname__ = module, label
+    return await ctx.astep(key, unit, **config)
+
+
 def note_prompt(ctx, agent: str, prompt: Any) -> None:
     """Write the prompt to the run's journal (the conversation's first turn), once."""
     if prompt is not None:
@@ -65,8 +102,7 @@ def decide_tool(ctx, counts: dict[str, int], agent: str, tool: str, args: dict, 
                 timeout) -> tuple[bool, str]:
     """Wait for people to decide whether the agent may call `tool` with `args`; return (approved,
     what the model is told when it was not)."""
-    if isinstance(approvers, dict):
-        approvers = approvers.get(tool)
+    approvers = approvers_for(approvers, tool)
     if approvers is None:
         raise NonRetryableError(f"The agent {agent!r} asks to call {tool!r}, which needs approval, and "
                                 f"run_agent was given no approvers for it: pass approvers=... (a permission, a "
@@ -110,7 +146,7 @@ def describe_agent(recorder, agent: str, model: str | None, tools: list[str], ap
     node = {"type": "agent", "agent": agent, "keys": f"{agent}__*", "tools": tools, "model": model}
     if children:
         node["children"] = [{"name": name, "workflow": workflow} for name, workflow in children.items()]
-    recorder.part(node, key=f"{agent}__*", approvals=approvals, timeout=timeout)
+    recorder.part(node, key=f"{agent}__*", what=f"run_agent() of {agent}", approvals=approvals, timeout=timeout)
     return Unknown(f"output of agent {agent}")
 
 
@@ -170,8 +206,9 @@ def of_run(run, limit: int = 500) -> tuple[list[Turn], Usage, bool] | None:
     entries = steps.filter(Q(key__contains="__model.request") | Q(key__contains=".call_tool:")
                            | Q(key__contains="__approval:") | Q(key__contains="__workflow:")
                            | Q(kind=Step.Kind.LOG)).order_by("seq")
-    turns, usage = read(entries[:limit])
-    return turns, usage, entries[limit:].exists()
+    fetched = list(entries[:limit + 1])  # one more than shown: whether there were more
+    turns, usage = read(fetched[:limit])
+    return turns, usage, len(fetched) > limit
 
 
 def read(steps) -> tuple[list[Turn], Usage]:

@@ -45,7 +45,19 @@ from openai import APIStatusError
 from pydantic import TypeAdapter
 
 from ..exceptions import NonRetryableError
-from .agent_runs import decide_tool, describe_agent, model_key, next_count, note_prompt, retry_answer, tool_key
+from .agent_runs import (
+    approvers_for,
+    decide_tool,
+    describe_agent,
+    describing,
+    model_key,
+    next_count,
+    note_prompt,
+    retry_answer,
+    run_unit,
+    step_config,
+    tool_key,
+)
 
 _OUTPUT = TypeAdapter(list[TResponseOutputItem])
 
@@ -61,11 +73,9 @@ def run_agent(ctx, agent: Agent, input: Any, *, approvers=None, approval_timeout
     comes. `retry` (a durable.RetryPolicy) and `timeout` (seconds) apply to each model request and
     tool call; by default the workflow's, as for any step.
     """
-    from ..engine.describe import Recorder
-
-    if isinstance(ctx, Recorder):  # describe(): the agent's loop as one node, nothing run
+    if describing(ctx):
         return _describe(ctx, agent, approvers, approval_timeout)
-    config = {key: value for key, value in (("retry", retry), ("timeout", timeout)) if value is not None}
+    config = step_config(retry, timeout)
     run_config = run_config or RunConfig()
     counts: dict[str, int] = {}
     wrapper = _Wrapper(ctx, counts, config, stream, run_config)
@@ -127,17 +137,14 @@ class _Wrapper:
 
     async def step(self, key: str, call) -> Any:
         """Run the coroutine function `call` as the step `key`, a provider's error answered for its retries."""
-        ceiling = self.config["retry"].max_backoff if "retry" in self.config else None
+        return await run_unit(self.ctx, key, "agents", key.rpartition(":")[0], call, self.config, _provider_error)
 
-        async def unit() -> Any:
-            try:
-                return await call()
-            except APIStatusError as exc:
-                retry_after = _retry_after(exc)
-                raise retry_answer(exc, status=exc.status_code, retry_after=retry_after, ceiling=ceiling) from exc
 
-        unit.__module__, unit.__qualname__ = "agents", key.rpartition(":")[0]  # what the admin's step list shows
-        return await self.ctx.astep(key, unit, **self.config)
+def _provider_error(exc: BaseException, ceiling: float | None) -> BaseException | None:
+    """The openai client's status error as the step's retries should see it (agent_runs.retry_answer)."""
+    if not isinstance(exc, APIStatusError):
+        return None
+    return retry_answer(exc, status=exc.status_code, retry_after=_retry_after(exc), ceiling=ceiling)
 
 
 class _StepModel(Model):
@@ -217,7 +224,7 @@ def _describe(recorder, agent: Agent, approvers, approval_timeout):
         name = getattr(tool, "name", type(tool).__name__)
         tools.append(name)
         if getattr(tool, "needs_approval", False):
-            approvals[name] = approvers.get(name) if isinstance(approvers, dict) else approvers
+            approvals[name] = approvers_for(approvers, name)
     model = agent.model if isinstance(agent.model, str) or agent.model is None else \
         getattr(agent.model, "model", type(agent.model).__name__)
     return describe_agent(recorder, agent.name, model, tools, approvals, approval_timeout)

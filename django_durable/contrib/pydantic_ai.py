@@ -55,7 +55,17 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool, T
 
 from .. import registry
 from ..exceptions import ChildFailed, NonRetryableError
-from .agent_runs import decide_tool, describe_agent, next_count, note_prompt, retry_answer
+from .agent_runs import (
+    approvers_for,
+    decide_tool,
+    describe_agent,
+    describing,
+    next_count,
+    note_prompt,
+    retry_answer,
+    run_unit,
+    step_config,
+)
 
 # The run an agent runs in now: its context and the count of units reached, by name.
 _bound: contextvars.ContextVar[tuple[Any, dict[str, int]] | None] = contextvars.ContextVar(
@@ -75,20 +85,17 @@ class DjangoDurabilityBackend(JournalCallableOperationBackend[dict]):
         if bound is None:
             raise RuntimeError("An agent with DjangoDurability runs in a workflow, through run_agent(ctx, agent, ...).")
         ctx, counts = bound
-        count = next_count(counts, name)
-        ceiling = config["retry"].max_backoff if "retry" in config else None
+        return await run_unit(ctx, f"{name}:{next_count(counts, name)}", "pydantic_ai", name, body, config,
+                              _provider_error)
 
-        async def unit() -> object:
-            try:
-                return await body()
-            except ModelAPIError as exc:
-                status = exc.status_code if isinstance(exc, ModelHTTPError) else None
-                refused = isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError)
-                raise retry_answer(exc, status=status, retry_after=exc.retry_after, refused=refused,
-                                   ceiling=ceiling) from exc
 
-        unit.__module__, unit.__qualname__ = "pydantic_ai", name  # what the admin's step list shows
-        return await ctx.astep(f"{name}:{count}", unit, **config)
+def _provider_error(exc: BaseException, ceiling: float | None) -> BaseException | None:
+    """A model provider's error as the step's retries should see it (agent_runs.retry_answer)."""
+    if not isinstance(exc, ModelAPIError):
+        return None
+    return retry_answer(exc, status=exc.status_code if isinstance(exc, ModelHTTPError) else None,
+                        retry_after=exc.retry_after,
+                        refused=isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError), ceiling=ceiling)
 
 
 class DjangoDurability(BaseDurabilityCapability):
@@ -110,7 +117,7 @@ class DjangoDurability(BaseDurabilityCapability):
 
     def __init__(self, *, retry=None, timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._unit_config = {key: value for key, value in (("retry", retry), ("timeout", timeout)) if value is not None}
+        self._unit_config = step_config(retry, timeout)
 
     @property
     def in_durable_context(self) -> bool:
@@ -159,9 +166,7 @@ def run_agent(ctx, agent, user_prompt=None, *, approvers=None, approval_timeout=
     ApprovalTimeout). An approved call runs as a step; a rejected one tells the model it was
     denied, with the approver's comment.
     """
-    from ..engine.describe import Recorder
-
-    if isinstance(ctx, Recorder):  # describe(): the agent's loop as one node, nothing run
+    if describing(ctx):
         return _describe(ctx, agent, approvers, approval_timeout)
     deferred = _deferred_output(agent, kwargs.pop("output_type", None)) if _defers(agent) else None
     if deferred is not None:
@@ -271,7 +276,7 @@ def _describe(recorder, agent, approvers, approval_timeout):
     for tool_name, tool in _tools(agent).items():
         tools.append(tool_name)
         if getattr(tool, "requires_approval", False):
-            approvals[tool_name] = approvers.get(tool_name) if isinstance(approvers, dict) else approvers
+            approvals[tool_name] = approvers_for(approvers, tool_name)
         if _workflow_of(tool):
             children[tool_name] = _workflow_of(tool)
     model = agent.model

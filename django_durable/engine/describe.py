@@ -216,12 +216,13 @@ class Recorder:
         self.nodes.append({**node, **_timeout(timeout)})
         return Unknown(f"approval {key}")
 
-    def part(self, node: dict, *, key: str, approvals: dict | None = None, timeout=None) -> None:
+    def part(self, node: dict, *, key: str, what: str, approvals: dict | None = None, timeout=None) -> None:
         """Record a part an integration runs as one node (an agent's loop: see
-        django_durable.contrib.pydantic_ai), taking the keys `key` (``*`` for a count). `approvals`
-        maps each approval it may open to its approvers, checked as ctx.wait_for_approval()'s; None
-        for approvers not given, which a run fails on when it reaches them."""
-        self._use(key, f"the {node['type']} {node.get(node['type'], '')}".rstrip())
+        django_durable.contrib.agent_runs), taking the keys `key` (``*`` for a count) for `what`.
+        `approvals` maps each approval it may open to its approvers, checked as
+        ctx.wait_for_approval()'s; None for approvers not given, which a run fails on when it
+        reaches them."""
+        self._use(key, what)
         shown = []
         for name, approvers in (approvals or {}).items():
             if approvers is None:
