@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-latest docs bench bench-peers bench-fairness bench-horizon chaos soak-tasks hosts failover pooler producers clean
+.PHONY: demo test test-fast test-latest docs bench bench-peers bench-fairness bench-horizon chaos soak-tasks hosts partition failover pooler producers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,11 +67,18 @@ soak-tasks: $(STAMP)
 hosts: $(STAMP)
 	$(VENV)/bin/python -m tests.harness.hosts
 
+# A network partition (about 3 minutes, needs root; nftables installed with apt when missing): a
+# worker host's packets to PostgreSQL dropped mid-step, mid-batch and while it stops, then healed
+# (tests/harness/partition.py).
+partition: $(STAMP)
+	$(VENV)/bin/python -m tests.harness.partition
+
 # A failover (about 4 minutes): pg_auto_failover's monitor and two nodes on 127.0.0.1 (installed
 # with apt when missing), workers on a multi-host connection string, the primary killed under
 # load, the standby promoted, the old primary back as the standby (tests/harness/failover.py).
+# FAILOVERS=5 for five in a row, each new primary killed in its turn (about 1 minute each).
 failover: $(STAMP)
-	$(VENV)/bin/python -m tests.harness.failover --seconds $${FAILOVER_SECONDS:-20}
+	$(VENV)/bin/python -m tests.harness.failover --seconds $${FAILOVER_SECONDS:-20} --failovers $${FAILOVERS:-1}
 
 # Through PgBouncer in transaction mode (installed with apt when missing): the worker checks of
 # tests/harness/pooler.py, then the chaos soak through the pooler. CHAOS_SECONDS=... to change.

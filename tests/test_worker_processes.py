@@ -171,6 +171,34 @@ def test_sigterm_past_the_grace_releases_the_run_for_another_worker_at_once(star
     assert_settled()
 
 
+@pytest.mark.postgres  # (about 27 s of waiting: once, on the PostgreSQL run)
+def test_the_supervisor_kills_a_worker_process_that_does_not_stop_in_time(start_worker, tmp_path):
+    """A worker process whose maintenance thread hangs (as in a call to a database that does not
+    answer) cannot hand its step back: the supervisor ends it once the bound has passed, and the
+    run goes on elsewhere after its lease."""
+    from django_durable.worker.process import ABANDON_SECONDS
+    from django_durable.workpool.listening import DEAD_PEER_SECONDS
+
+    reached = tmp_path / "reached"
+    run = durable.start("tests.sleep_in_b", 90, str(reached))
+    supervisor = start_worker("--grace", "0.5", concurrency=2, burst=False,
+                              faults=f"after_heartbeat=block:{tmp_path / 'never'}")
+    wait_for(reached.exists, message="step b to start")
+    claimed = WorkItem.objects.get(run=run).claim_expires_at
+    # The first renewal of the lease is the heartbeat the fault blocks for good.
+    wait_for(lambda: WorkItem.objects.get(run=run).claim_expires_at != claimed, message="a heartbeat")
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(0.5 + DEAD_PEER_SECONDS + ABANDON_SECONDS + 30) == 0, supervisor.log()
+    bound = 0.5 + DEAD_PEER_SECONDS + ABANDON_SECONDS
+    assert f"did not stop within {bound:g} s of the stop request; killed it." in supervisor.log()
+    assert "Took back" not in supervisor.log()  # (not buried: the database may be the trouble)
+
+    second = start_worker()
+    assert second.wait(60) == 0, second.log()
+    assert durable.wait(run.pk, timeout=1) == "done"
+    assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}
+
+
 def test_a_second_sigterm_exits_at_once(start_worker, tmp_path):
     reached = tmp_path / "reached"
     run = durable.start("tests.sleep_in_b", 30, str(reached))

@@ -10,14 +10,14 @@ Above the engine and the workpool: nothing below imports this package. Its names
 that the supervisor and the reloader (parents of workers) do not load the engine themselves.
 """
 
-__all__ = ["DB_ERRORS", "EXIT_REPLACE", "KEEPALIVES", "LIMITED_POLL", "Backoff", "RunDamaged", "Waiter", "Worker",
+__all__ = ["DB_ERRORS", "EXIT_REPLACE", "LIMITED_POLL", "Backoff", "RunDamaged", "Waiter", "Worker",
            "close_connection", "process_name", "refused", "report_lost"]
 
 
 def __getattr__(name: str):
     if name in ("DB_ERRORS", "Backoff", "close_connection", "report_lost"):
         from . import connection as module
-    elif name in ("KEEPALIVES", "Waiter"):
+    elif name == "Waiter":
         from . import waiter as module
     elif name in __all__:
         from . import process as module

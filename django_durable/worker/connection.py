@@ -13,6 +13,7 @@ from .. import workpool
 from ..humanize import one_line
 from ..interrupts import DatabaseUnavailable
 from ..models import WorkItem
+from ..workpool.listening import TCP_SETTINGS
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -27,6 +28,24 @@ def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:
     kind = "run" if claim.kind == WorkItem.Kind.ADVANCE else f"branch {claim.step_key!r} of run"
     logger.warning("Worker %s lost its claim on %s %s and %s; another worker goes on with it.",
                    worker, kind, claim.run_id, what)
+
+
+def find_dead_peers() -> list[str]:
+    """Give every PostgreSQL database of this process the TCP settings that notice a silent
+    database (workpool.listening.TCP_SETTINGS), where its OPTIONS do not set them; return the
+    aliases changed. Called as a worker process starts: its step code's queries get them too, so
+    a cut network ends a statement within DEAD_PEER_SECONDS instead of leaving it waiting."""
+    changed = []
+    for alias in connections:
+        if connections[alias].vendor != "postgresql":
+            continue
+        options = connections.settings[alias].setdefault("OPTIONS", {})
+        missing = {name: value for name, value in TCP_SETTINGS.items() if name not in options}
+        if missing:
+            options.update(missing)  # (in place: every connection of this alias reads this dict)
+            close_connection(alias)  # one opened before (the system checks) reconnects with them
+            changed.append(alias)
+    return changed
 
 
 def close_connection(db: str) -> None:

@@ -79,10 +79,13 @@ class Maintenance(threading.Thread):
                     close_connection(worker.db)
                     self.outage.failed(exc, f"maintenance of {worker.name}")
                     # Every worker's heartbeats fail as ours do, so their leases run out without
-                    # them being lost: no reaping until each had the time to reconnect (within
-                    # the back-off's cap; twice that is a margin) and renew, or hand its claim
-                    # back, rather than see it taken back and counted as a delivery.
-                    self.next_reap = max(self.next_reap, now + 2 * self.outage.backoff.cap + self.heartbeat)
+                    # them being lost: no reaping until each had the time to reconnect and renew,
+                    # or hand its claim back, rather than see it taken back and counted as a
+                    # delivery. Our last failure may come up to one back-off cap before the
+                    # database answers again, another worker's first success up to one cap after
+                    # it: three caps and a heartbeat leave one cap and a heartbeat to spare (with
+                    # a 1 s heartbeat, two caps left one second, which a busy machine overran).
+                    self.next_reap = max(self.next_reap, now + 3 * self.outage.backoff.cap + self.heartbeat)
                 except Exception:  # noqa: BLE001 - the heartbeat must outlive any one failure
                     logger.exception("Maintenance of worker %s failed; going on.", worker.name)
                 else:

@@ -20,7 +20,7 @@ from ..humanize import one_line
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..models import WorkflowRun, WorkItem
 from ..workpool import Outcome
-from .connection import DB_ERRORS, Backoff, Outage, close_connection, report_lost
+from .connection import DB_ERRORS, Backoff, Outage, close_connection, find_dead_peers, report_lost
 from .maintenance import Maintenance
 from .waiter import Waiter
 
@@ -79,6 +79,7 @@ class Worker:
     def run(self) -> int:
         """Process work until stopped (or, with burst, until none is left); return the exit code."""
         self._install_signal_handlers()
+        find_dead_peers()  # before either thread connects
         maintenance = self.maintenance = Maintenance(self)
         maintenance.start()
         waiter = Waiter(self.db, self._wake_r)
@@ -399,6 +400,13 @@ class Worker:
         With `replace`, the process is replaced by a fresh worker: under a supervisor it exits
         with EXIT_REPLACE and the supervisor starts another; alone it re-executes itself.
         """
+        # Handing back needs the database, which may not answer (a cut network): past
+        # ABANDON_SECONDS the process ends anyway, and the claims return when their leases run out.
+        deadline = threading.Timer(ABANDON_SECONDS, self._exit, (replace,))
+        deadline.daemon = True
+        deadline.start()
+        if self.maintenance.outage.since is not None:  # the database is away: nothing to hand back to
+            self._exit(replace)
         claim = self.current_claim()
         if claim is not None:
             try:
@@ -410,6 +418,9 @@ class Worker:
             workpool.unclaim(list(self._held))
         except Exception:  # noqa: BLE001 - as above
             pass
+        self._exit(replace)
+
+    def _exit(self, replace: bool) -> None:
         logging.shutdown()
         if not replace:
             os._exit(0)
@@ -431,6 +442,10 @@ def refused(exc: BaseException) -> bool:
     cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
     return isinstance(cause, (DataError, IntegrityError))
 
+
+# Seconds a worker that gives up its step (past the grace, or stuck) tries to hand it back before
+# it ends anyway.
+ABANDON_SECONDS = 5.0
 
 # Seconds between claims while a queue's limits hold back ready work.
 LIMITED_POLL = 0.05

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import signal
 import time
@@ -12,7 +13,9 @@ from django.db import DatabaseError, connections
 
 from .. import conf, workpool
 from ..humanize import one_line
-from .process import EXIT_REPLACE, Worker, process_name
+from ..workpool.listening import DEAD_PEER_SECONDS
+from .connection import find_dead_peers
+from .process import ABANDON_SECONDS, EXIT_REPLACE, Worker, process_name
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -27,13 +30,16 @@ class Supervisor:
         self.worker_options = worker_options
         self.children: dict[int, int] = {}  # pid -> slot
         self.signals_received = 0
+        self.killed: set[int] = set()  # children SIGKILLed for not stopping in time
 
     def run(self) -> int:
+        find_dead_peers()
         # Children must open their own connections: a socket shared across fork is corrupted
         # by whichever process speaks first.
         connections.close_all()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
+        signal.signal(signal.SIGALRM, self._on_deadline)
         for slot in range(self.concurrency):
             self._spawn(slot)
         restarts: list[float] = []
@@ -52,7 +58,12 @@ class Supervisor:
                 logger.warning("Worker process %d asked to be replaced; starting a new one.", pid)
             elif code != 0 and not stopping:
                 logger.error("Worker process %d %s; starting a replacement.", pid, _ended(code))
-            if code not in (0, EXIT_REPLACE):
+            if pid in self.killed:
+                # It did not stop, most likely waiting on a database that does not answer: the
+                # claims it held return when their leases run out.
+                logger.error("Worker process %d did not stop within %g s of the stop request; killed it.",
+                             pid, self.stop_within())
+            elif code not in (0, EXIT_REPLACE):
                 self._bury(pid, code)
             if stopping:
                 continue
@@ -87,7 +98,7 @@ class Supervisor:
             return
         code = 1
         try:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
                 signal.signal(signum, signal.SIG_DFL)
             _die_with_parent()
             options = dict(self.worker_options, name=process_name(self.worker_options.get("name"), os.getpid()))
@@ -98,11 +109,30 @@ class Supervisor:
             logging.shutdown()
             os._exit(code)
 
+    def stop_within(self) -> float:
+        """Seconds from a stop request to the end of every worker process: the grace for the step
+        in flight, the time to find the database silent (a call under way when the grace ends),
+        and the time to hand back (process.ABANDON_SECONDS); then the supervisor kills what is left."""
+        grace = self.worker_options.get("grace")
+        grace = float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
+        return grace + DEAD_PEER_SECONDS + ABANDON_SECONDS
+
     def _on_signal(self, signum, frame) -> None:
+        # (Only flags, kill() and alarm(): it runs between two bytecodes of whatever run() does.)
         self.signals_received += 1
+        if self.signals_received == 1:
+            signal.alarm(math.ceil(self.stop_within()))
         for pid in list(self.children):
             try:
                 os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _on_deadline(self, signum, frame) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                self.killed.add(pid)
             except ProcessLookupError:
                 pass
 

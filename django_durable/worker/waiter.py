@@ -11,13 +11,11 @@ import time
 from .. import conf, workpool
 from ..humanize import one_line
 from ..workpool import listening
-from ..workpool.listening import KEEPALIVES  # noqa: F401 - worker.KEEPALIVES
 from .connection import Backoff
 
 logger = logging.getLogger("django_durable.worker")
 
 
-# libpq's TCP keepalives for the listening session: a dead peer is found within about 25 seconds.
 # The longest wait between two tries to listen again (while failing, the worker polls).
 LISTEN_RETRY_CAP = 10.0
 

@@ -14,14 +14,24 @@ import time
 from .. import conf
 from .wakeups import listen_params
 
-# A session that only listens sends nothing: without TCP keepalives a host cut off from the
-# database (or a server restarted meanwhile) would leave it waiting on a dead socket.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+# libpq's settings for a session that must notice a database gone silent: a host cut off from it,
+# a server that vanished without closing its sockets. Without them the kernel retransmits for about
+# 15 minutes while the session waits in a statement (or forever, for one that only listens and
+# sends nothing). With them an idle session probes after 5 s, anything unanswered for 15 s
+# (tcp_user_timeout) ends the connection, and a connect gives up after 5 s. Every listening
+# session gets them; so does every PostgreSQL connection of a worker process
+# (worker.connection.find_dead_peers). A name in the database's OPTIONS wins.
+TCP_SETTINGS = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+                "tcp_user_timeout": 15_000, "connect_timeout": 5}
+# The seconds within which a worker's call to a silent database fails: 15 unanswered (the
+# statement), then up to 5 more when the statement was in a transaction, whose end Django meets
+# by connecting again to reset the session (connect_timeout).
+DEAD_PEER_SECONDS = 20.0
 
 
 def _params(db: str) -> dict:
     params = listen_params(db)
-    for name, value in KEEPALIVES.items():
+    for name, value in TCP_SETTINGS.items():
         params.setdefault(name, value)
     return params
 

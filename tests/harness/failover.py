@@ -2,9 +2,10 @@
 pg_auto_failover (a monitor and two nodes on 127.0.0.1), workers and a producer on a multi-host
 connection string (`host=a,b target_session_attrs=read-write`); under load the primary's node
 dies (its keeper and its postmaster SIGKILLed), the standby is promoted, then the old primary
-rejoins as a standby.
+rejoins as a standby; with --failovers N, again and again, the new primary killed in its turn,
+while one run (tests.lives_long) lives through them all.
 
-    python -m tests.harness.failover [--seconds 20]     (make failover)
+    python -m tests.harness.failover [--seconds 20] [--failovers 1]     (make failover)
         prints what it measured; exit 0 if every check held, 1 if one did not, 2 if it could not run
 
 Debian's postgresql-15-auto-failover is installed with apt when it is missing (as root).
@@ -197,6 +198,7 @@ def explain(run_id, runs, sent) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of load, the kill in the middle")
+    parser.add_argument("--failovers", type=int, default=1, help="failovers in a row, each primary killed in turn")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="durable-failover-"))
@@ -286,44 +288,54 @@ def main(argv=None) -> int:
 
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
+        lives_long = retrying(lambda: durable.start("tests.lives_long", gap=1.0)).pk  # through every failover
         time.sleep(args.seconds / 2)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT statement_timestamp()")
-            (clock_read,) = cursor.fetchone()
-        clock_read_at = time.monotonic()
-        connections.close_all()
-        with lock:
-            before = len(runs)
-        in_flight = retrying(lambda: WorkflowRun.objects.exclude(status__in=WorkflowRun.TERMINAL).count())
-        connections.close_all()
-        formation.kill_node("node1")
-        killed = time.monotonic()
-        killed_at.append(killed)
-        killed_at_db = clock_read + dt.timedelta(seconds=killed - clock_read_at)  # one machine, one clock
-        print(f"failover: node1 (the primary) killed with {before} runs started, {in_flight} of them unfinished",
-              flush=True)
-        # Promoted: "wait_primary" (a primary whose standby is away; writes accepted), then "primary".
-        promoted = formation.wait(lambda: formation.states().get("node2") in ("wait_primary", "primary"), 180,
-                                  "node2 to be promoted")
-        print(f"failover: node2 promoted {promoted - killed:.1f} s after the kill", flush=True)
-        formation.wait(lambda: retrying(lambda: Step.objects.filter(status="completed",
-                                                                    finished_at__gt=killed_at_db).exists()),
-                       120, "a step to complete after the kill")
-        first_step = retrying(lambda: Step.objects.filter(status="completed", finished_at__gt=killed_at_db)
-                              .order_by("finished_at").values_list("finished_at", flat=True).first())
-        resumed = (first_step - killed_at_db).total_seconds()
-        print(f"failover: the first step completed {resumed:.1f} s after the kill "
-              f"({resumed - (promoted - killed):.1f} s after the promotion was seen)", flush=True)
-        back = formation.wait(lambda: retrying(listeners) >= WORKERS, 120, "the workers to listen on the new primary")
-        print(f"failover: every worker listening on the new primary {back - promoted:.1f} s after the promotion",
-              flush=True)
-        formation.run("node1")  # the old primary comes back: it rejoins as the standby
-        rejoined = formation.wait(lambda: formation.states().get("node1") == "secondary", 240,
-                                  "node1 to rejoin as the standby")
-        print(f"failover: node1 rejoined as the standby {rejoined - promoted:.1f} s after the promotion", flush=True)
-        time.sleep(max(0.0, args.seconds / 2 - (time.monotonic() - killed)))
+        in_flight, measured = 0, []
+        primary, standby = "node1", "node2"
+        for round_ in range(1, args.failovers + 1):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT statement_timestamp()")
+                (clock_read,) = cursor.fetchone()
+            clock_read_at = time.monotonic()
+            connections.close_all()
+            with lock:
+                before = len(runs)
+            unfinished = retrying(lambda: WorkflowRun.objects.exclude(status__in=WorkflowRun.TERMINAL).count())
+            in_flight += unfinished
+            connections.close_all()
+            formation.kill_node(primary)
+            killed = time.monotonic()
+            killed_at[:] = [killed]
+            killed_at_db = clock_read + dt.timedelta(seconds=killed - clock_read_at)  # one machine, one clock
+            print(f"failover {round_}: {primary} (the primary) killed with {before} runs started, {unfinished} of "
+                  f"them unfinished", flush=True)
+            # Promoted: "wait_primary" (a primary whose standby is away; writes accepted), then "primary".
+            promoted = formation.wait(lambda: formation.states().get(standby) in ("wait_primary", "primary"), 180,
+                                      f"{standby} to be promoted")
+            formation.wait(lambda: retrying(lambda: Step.objects.filter(status="completed",
+                                                                        finished_at__gt=killed_at_db).exists()),
+                           120, "a step to complete after the kill")
+            first_step = retrying(lambda: Step.objects.filter(status="completed", finished_at__gt=killed_at_db)
+                                  .order_by("finished_at").values_list("finished_at", flat=True).first())
+            resumed = (first_step - killed_at_db).total_seconds()
+            back = formation.wait(lambda: retrying(listeners) >= WORKERS, 120,
+                                  "the workers to listen on the new primary")
+            formation.run(primary)  # the old primary comes back: it rejoins as the standby
+            rejoined = formation.wait(lambda: formation.states() == {primary: "secondary", standby: "primary"}, 240,
+                                      f"{primary} to rejoin as the standby")
+            measured.append({"promoted_s": round(promoted - killed, 1), "first_step_after_kill_s": round(resumed, 1),
+                             "first_step_after_promotion_s": round(resumed - (promoted - killed), 1),
+                             "listening_again_s": round(back - promoted, 1), "rejoined_s": round(rejoined - promoted, 1)})
+            print(f"failover {round_}: {standby} promoted {promoted - killed:.1f} s after the kill; the first step "
+                  f"completed {resumed:.1f} s after the kill ({resumed - (promoted - killed):.1f} s after the "
+                  f"promotion was seen); every worker listening on the new primary {back - promoted:.1f} s after "
+                  f"it; {primary} rejoined as the standby {rejoined - promoted:.1f} s after it", flush=True)
+            primary, standby = standby, primary
+            time.sleep(max(0.0, args.seconds / 2 - (time.monotonic() - killed)))
+        retrying(lambda: durable.signal(lives_long, "enough", idempotency_key="enough"))
         stop.set()
         producer.join(timeout=120)
+        runs[str(lives_long)] = ("lives_long", None)
 
         # Drain, then check.
         ids = list(runs)
@@ -346,6 +358,8 @@ def main(argv=None) -> int:
         for run_id, (kind, expected) in runs.items():
             status, result = ended[run_id]
             got = serialization.decode(result) if result is not None else None
+            if kind == "lives_long":  # as many steps as it ran, each once, through every failover
+                expected = len({step for run, step, _ in ledger.entries() if run == run_id})
             if kind == "fanout" and isinstance(got, list):
                 got = [{"x": r["x"], "square": r["square"]} for r in got]
             if status != "completed" or got != expected:
@@ -356,7 +370,7 @@ def main(argv=None) -> int:
         violations["atomic rows"] = [f"{run_id}: {rows[run_id]}" for run_id in atomic if rows[run_id] != 1]
         executions = Counter((run, step) for run, step, _ in ledger.entries())
         again = [key for key, count in executions.items() if count > 1]
-        if len(again) > in_flight + WORKERS:  # each step in flight at the kill may run once more
+        if len(again) > in_flight + WORKERS * args.failovers:  # each step in flight at a kill may run once more
             violations["re-executed"] = [f"{run} {step}" for run, step in again]
         text = (workdir / "workers.log").read_text(errors="replace")
         replaced = len(re.findall(r"Worker \S+ started", text)) - WORKERS
@@ -368,10 +382,8 @@ def main(argv=None) -> int:
         total = sum(len(v) for v in violations.values())
         kinds = Counter(kind for kind, _ in runs.values())
         print(json.dumps({"runs": len(runs), "by_kind": kinds, "atomic_rows": sum(rows.values()),
-                          "steps_run_again": len(again), "in_flight_at_kill": in_flight,
-                          "promoted_s": round(promoted - killed, 1), "first_step_after_kill_s": round(resumed, 1),
-                          "listening_again_s": round(back - promoted, 1), "rejoined_s": round(rejoined - promoted, 1),
-                          "violations": total}))
+                          "steps_run_again": len(again), "in_flight_at_kill": in_flight, **measured[0],
+                          "failovers": measured, "violations": total}))
         print(f"failover: {len(runs)} runs ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), "
               f"{sum(rows.values())} atomic rows, {len(again)} steps run again (in flight at the kill: {in_flight}), "
               f"{total} violations")

@@ -90,6 +90,22 @@ class Network:
     def restore(self, host) -> None:
         sh("ip", "-n", host, "link", "set", self.links[host][1], "up")
 
+    def partition(self, host) -> None:
+        """Drop every packet between `host` and the database, both ways (nftables in the host's
+        namespace), the link left up: neither side hears an error, as when a network fails
+        between them. Their sockets wait, and the kernel retransmits, until TCP gives up."""
+        db = self.address(host)
+        rules = (f"table inet durable_partition {{\n"
+                 f"  chain in {{ type filter hook input priority 0; ip saddr {db} drop; }}\n"
+                 f"  chain out {{ type filter hook output priority 0; ip daddr {db} drop; }}\n}}\n")
+        done = subprocess.run(["ip", "netns", "exec", host, "nft", "-f", "-"], input=rules, capture_output=True,
+                              text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"nft failed: {done.stderr.strip()}")
+
+    def heal(self, host) -> None:
+        sh("ip", "netns", "exec", host, "nft", "delete", "table", "inet", "durable_partition")
+
     def down(self) -> None:
         sh("ip", "link", "del", self.links[None][1], check=False)
         for ns in (self.a, self.b, self.db):
@@ -99,8 +115,8 @@ class Network:
 class Server:
     """A PostgreSQL server of its own inside the database namespace, listening on its links."""
 
-    def __init__(self, network: Network, directory: Path):
-        self.network, self.dir = network, directory
+    def __init__(self, network: Network, directory: Path, settings: tuple[str, ...] = ()):
+        self.network, self.dir, self.settings = network, directory, settings
         self.bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
         self.process = None
 
@@ -117,7 +133,7 @@ class Server:
         self.process = subprocess.Popen(
             ["ip", "netns", "exec", self.network.db, *as_postgres, str(self.bindir / "postgres"), "-D",
              str(self.dir / "data"), "-c", f"listen_addresses={addresses}", "-p", "5432", "-k", str(self.dir),
-             "-c", "max_connections=100", "-c", "fsync=off"],
+             "-c", "max_connections=100", "-c", "fsync=off", *(a for v in self.settings for a in ("-c", v))],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(lambda: sh("ip", "netns", "exec", self.network.db, *as_postgres, str(self.bindir / "pg_isready"),
                          "-h", str(self.dir), "-p", "5432", check=False).returncode == 0, 60, message="PostgreSQL to start")
@@ -140,16 +156,18 @@ class Server:
 class Host:
     """A worker process on one host: `manage.py durable_worker` inside its namespace."""
 
-    def __init__(self, name: str, network: Network, server: Server, env: dict, logs: Path):
+    def __init__(self, name: str, network: Network, server: Server, env: dict, logs: Path, concurrency: int = 4,
+                 options: tuple[str, ...] = ()):
         self.name, self.ns = name, getattr(network, name)
         self.env = {**env, "DURABLE_TEST_DATABASE_URL": server.url(self.ns)}
         self.log_path = logs / f"worker-{name}.log"
+        self.concurrency, self.options = concurrency, options
         self.process = None
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns, sys.executable, str(ROOT / "manage.py"), "durable_worker", "-c", "4",
-             "--name", f"host-{self.name}"],
+            ["ip", "netns", "exec", self.ns, sys.executable, str(ROOT / "manage.py"), "durable_worker", "-c",
+             str(self.concurrency), "--name", f"host-{self.name}", *self.options],
             cwd=ROOT, env=self.env, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def log(self) -> str:
@@ -189,17 +207,11 @@ def scenario(network: Network, server: Server, work: Path) -> None:
 
 
 def run_hosts(durable, hosts, network, work, connection, Step, WorkflowRun, WorkItem, ledger):
-    def finished(ids):
-        return WorkflowRun.objects.filter(pk__in=ids, status="completed").count() == len(ids)
-
     def taken_by(ids):
         return set(WorkflowRun.objects.filter(pk__in=ids).values_list("last_worker", flat=True))
 
-    def host_of(worker: str) -> str:
-        return worker.split(":")[0].removeprefix("host-")
-
     # 1. Runs are shared across hosts.
-    wait_for(lambda: {w.split(":")[0] for w in _live_workers()} == {"host-a", "host-b"}, 60, message="both hosts' workers")
+    wait_for(lambda: {w.split(":")[0] for w in live_workers()} == {"host-a", "host-b"}, 60, message="both hosts' workers")
     ids = [durable.start("tests.sleeper", 0.3).pk for _ in range(24)]
     wait_for(lambda: finished(ids), 120, message="24 runs to complete")
     assert {host_of(w) for w in taken_by(ids)} == {"a", "b"}, taken_by(ids)
@@ -262,30 +274,55 @@ def run_hosts(durable, hosts, network, work, connection, Step, WorkflowRun, Work
     ok("host B lost its listening connection: it polled meanwhile and listens again")
 
 
-def _live_workers() -> list[str]:
+def finished(runs) -> bool:
+    """Whether every run of `runs` (ids) completed."""
+    from django_durable.models import WorkflowRun
+
+    return WorkflowRun.objects.filter(pk__in=list(runs), status="completed").count() == len(runs)
+
+
+def host_of(worker: str) -> str:
+    """The host ("a", "b") of a worker named host-<x>:<pid>."""
+    return worker.split(":")[0].removeprefix("host-")
+
+
+def live_workers() -> list[str]:
     from django_durable.models import Worker
 
     return list(Worker.objects.filter(stopped_at__isnull=True).values_list("name", flat=True))
 
 
-def main() -> int:
-    why = unavailable()
+def in_namespaces(name: str, scenario, why: str | None, settings: tuple[str, ...] = ()) -> int:
+    """Make the network and its server (with `settings`), run scenario(network, server, work),
+    then remove everything, also after a failure (which prints the hosts' logs first). Skips,
+    saying `why`, when that is not None. DURABLE_HARNESS_KEEP=1 keeps the work directory."""
     if why:
         print(f"skipped: {why}")
         return 0
-    work = Path(tempfile.mkdtemp(prefix="durable-hosts-"))
+    work = Path(tempfile.mkdtemp(prefix=f"durable-{name}-"))
     shutil.chown(work, "postgres")
     network = Network()
-    server = Server(network, work / "pg")
+    server = Server(network, work / "pg", settings)
     try:
         network.up()
         server.start()
         scenario(network, server, work)
+    except BaseException:
+        for log in sorted(work.glob("worker-*.log")):  # what the hosts said, to read the failure by
+            print(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}", file=sys.stderr)
+        raise
     finally:
         server.stop()
         network.down()
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("DURABLE_HARNESS_KEEP"):
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def main() -> int:
+    return in_namespaces("hosts", scenario, unavailable())
 
 
 if __name__ == "__main__":

@@ -92,6 +92,15 @@ def record(key, step="ran"):
 
 
 @task()
+def dawdle(key, seconds=0.005):
+    """record(), taking `seconds` (still quick enough for a worker's batches): a worker draining
+    them spends its time in the tasks, not in its statements (tests/harness/partition.py)."""
+    ledger.record(key, "ran")
+    time.sleep(seconds)
+    return key
+
+
+@task()
 def flaky_once(key):
     """Fails the first time it runs for `key` (no retry policy: an operator retries it)."""
     ledger.record(key, "attempt")

@@ -225,6 +225,24 @@ def atomic_pay(ctx, amount):
     return paid
 
 
+def pay_and_block(run_id, amount, reached, release):
+    """pay(); on the first execution only, then say so and wait for `release`, its transaction
+    open (an atomic step's: the payment commits with the checkpoint or not at all)."""
+    paid = pay(run_id, amount)
+    if ledger.count(run_id, "pay") == 1:
+        open(reached, "a").close()
+        wait_for_file(release)
+    return paid
+
+
+@durable.workflow("tests.pay_in_b")
+def pay_in_b(ctx, amount, reached, release):
+    ctx.step("a", mark, ctx.run_id, "a")
+    paid = ctx.step("b", pay_and_block, ctx.run_id, amount, reached, release, atomic=True)
+    ctx.step("c", mark, ctx.run_id, "c")
+    return paid
+
+
 @durable.workflow("tests.plain_pay")
 def plain_pay(ctx, amount):
     """atomic_pay without atomic=True: the payment commits on its own (test_own_database)."""
@@ -560,6 +578,22 @@ def mark_and_pause(run_id, step, value, seconds):
 def ten_steps(ctx, pause=0.02):
     """Ten steps, each recorded in the ledger under its own key (tests/harness/failover.py): 45."""
     return sum(ctx.step(f"s{i}", mark_and_pause, ctx.run_id, f"s{i}", i, pause) for i in range(10))
+
+
+@durable.workflow("tests.lives_long")
+def lives_long(ctx, gap=1.0):
+    """A step, then a wait of `gap` seconds for the signal "enough", again and again until it
+    comes (tests/harness/failover.py: one run's life through every failover); return how many
+    steps ran, each recorded in the ledger under its own key."""
+    n = 0
+    while True:
+        ctx.step(f"s{n}", mark, ctx.run_id, f"s{n}")
+        n += 1
+        try:
+            ctx.wait_for_signal("enough", timeout=gap)
+            return n
+        except durable.SignalTimeout:
+            pass
 
 
 @durable.workflow("tests.naps")
