@@ -7,8 +7,9 @@ nothing the load writes meanwhile; then the recovery after the session commits.
         [--json FILE]
 
 For each system, on a fresh database: its W5 drain rate first (3,000 one-step jobs; for the mix
-of tasks and ten-step workflows, W5 and W1 weighted 9 to 1), then `--share` of it offered as a
-steady load for `--minutes`, the snapshot held from minute `--hold-at` for `--hold-for` minutes
+of tasks and ten-step workflows, W5 and W1 weighted 9 to 1), then what it finishes while its
+producer enqueues beside it (that rate offered for 45 s: on two cores the producer takes a share
+of the CPU), then `--share` of that offered as a steady load for `--minutes`, the snapshot held from minute `--hold-at` for `--hold-for` minutes
 (bench/peers/common.py's steady()). Printed per system: every 10 s, jobs finished, the claim
 latency p50/p99 of the jobs claimed (enqueued to claimed), the backlog, and the dead and live row
 versions and sizes of its hot tables; then the verdict against the goals: throughput while held
@@ -39,6 +40,17 @@ def drain_rate(system: str, base: str, processes: int) -> float:
         return tasks
     workflows = run_one(by_name["django-durable"], "w1", base, 300, processes)["steps_per_s"] / 10
     return 1 / (0.9 / tasks + 0.1 / workflows)
+
+
+def capacity(system: str, base: str, processes: int) -> float:
+    """Jobs a second the system finishes while its producer enqueues on the same machine: offered
+    its drain rate (which it reaches only with nobody enqueuing) for 45 s, no snapshot held, the
+    mean of the windows after the first 20 s. On a machine of two cores the producer's commits
+    take a share of the CPU the drain had alone."""
+    drains = drain_rate(system, base, processes)
+    probe = argparse.Namespace(minutes=0.75, hold_at=60.0, hold_for=0.0, processes=processes)  # (no hold)
+    windows = [w for w in steady(system, base, drains, probe)["windows"] if 20 <= w["t"] and w["t"] + 10 <= 45]
+    return min(drains, statistics.mean(w["finished"] for w in windows) / 10)
 
 
 def steady(system: str, base: str, rate: float, args) -> dict:
@@ -112,9 +124,9 @@ def main() -> None:
     base = os.environ["DATABASE_URL"]
     found = {}
     for system in args.systems.split(","):
-        rate = args.share * drain_rate(system, base, args.processes)
-        print(f"{system}: drains {rate / args.share:.0f}/s; offering {rate:.0f}/s for {args.minutes:g} min",
-              file=sys.stderr, flush=True)
+        rate = args.share * capacity(system, base, args.processes)
+        print(f"{system}: finishes {rate / args.share:.0f}/s while enqueuing; offering {rate:.0f}/s for "
+              f"{args.minutes:g} min", file=sys.stderr, flush=True)
         result = steady(system, base, rate, args)
         result["verdict"] = verdict(result)
         found[system] = result

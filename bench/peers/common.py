@@ -264,10 +264,15 @@ def argument(name: str, default=None):
 WINDOW = 10.0  # seconds a sample covers
 
 
-def steady(system: str, version: str, url: str, enqueue, rate: float, seconds: float, hold_at: float,
+# The most jobs one commit of the steady load's producer enqueues.
+MOST_A_COMMIT = 50
+
+
+def steady(system: str, version: str, url: str, enqueue_many, rate: float, seconds: float, hold_at: float,
            hold_for: float, tables: list[str], jobs, settle: float = 120.0) -> None:
-    """Enqueue at `rate` jobs a second for `seconds` (each its own commit, paced by the clock)
-    while the system's workers run, with one REPEATABLE READ snapshot held open from `hold_at` to
+    """Enqueue at `rate` jobs a second for `seconds` while the system's workers run: paced by the
+    clock, the jobs due by now in one commit (`enqueue_many(numbers)`, at most MOST_A_COMMIT), so
+    that one producer offers what the workers drain (a commit per job tops out far below it), with one REPEATABLE READ snapshot held open from `hold_at` to
     `hold_at + hold_for` seconds; every WINDOW seconds, the dead and live row versions, and the
     table and index sizes, of `tables`. Then wait (at most `settle` s) for the backlog to drain and
     print, per window: jobs finished, enqueue-to-claim latency p50/p99 of the jobs claimed in it,
@@ -306,11 +311,14 @@ def steady(system: str, version: str, url: str, enqueue, rate: float, seconds: f
     threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=hold, daemon=True)]
     for thread in threads:
         thread.start()
-    n = 0
-    while (due := begin + n / rate) < begin + seconds:  # the n-th job's time: no drift, no burst after a stall
-        time.sleep(max(0.0, due - time.time()))
-        enqueue(n)
-        n += 1
+    n, total = 0, int(rate * seconds)
+    while n < total:  # the n-th job's time is begin + n / rate: no drift
+        due = min(total, int((time.time() - begin) * rate) + 1, n + MOST_A_COMMIT)
+        if due > n:
+            enqueue_many(range(n, due))
+            n = due
+        else:
+            time.sleep(max(0.0, begin + n / rate - time.time()))
     deadline = time.time() + settle
     while time.time() < deadline and any(finished is None for _, _, finished in jobs()):
         time.sleep(1)

@@ -28,7 +28,7 @@ from common import (  # noqa: E402
     steady, system_cpu, timed_enqueue, wait_until,
 )
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, connections  # noqa: E402
+from django.db import connection, connections, transaction  # noqa: E402
 
 VERSION = version("django-durable-workflows")
 
@@ -121,8 +121,14 @@ def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hol
             enqueue(n)
         wait_until(lambda: all(finished is not None for _, _, finished in jobs()), timeout=120, every=0.1)
         harness.truncate()
+        def enqueue_many(numbers) -> None:  # one commit: a statement for the tasks, one for the workflows
+            with transaction.atomic():
+                durable.start_many(one_step.module_path, [[n] for n in numbers if not (mix and n % 10 == 9)])
+                if mix and (workflows := [{"n": 10} for n in numbers if n % 10 == 9]):
+                    durable.start_many("bench.ten_steps", workflows)
+
         steady("django-durable" + (" (tasks and ten-step workflows)" if mix else ""), VERSION,
-               os.environ["DATABASE_URL"], enqueue, rate, seconds, hold_at, hold_for,
+               os.environ["DATABASE_URL"], enqueue_many, rate, seconds, hold_at, hold_for,
                ["durable_work_item", "durable_workflow_run", "durable_step"], jobs)
 
 

@@ -121,6 +121,8 @@ def w2(jobs: int) -> None:
 def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hold_for: float) -> None:
     """A steady load of one-step jobs (make bench-horizon) on `processes` continuous `pgq run`s."""
     import psycopg
+    from pgqueuer.db import SyncPsycopgDriver
+    from pgqueuer.queries import SyncQueries
 
     with psycopg.connect(URL, autocommit=True) as connection:
         connection.execute("TRUNCATE pgqueuer, pgqueuer_log")
@@ -139,7 +141,13 @@ def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hol
             wait_until(lambda: sum(1 for *_, finished in jobs() if finished is not None) == 20, timeout=120,
                        every=0.1)
             connection.execute("TRUNCATE pgqueuer, pgqueuer_log")
-            steady(NAME, version("pgqueuer"), URL, enqueue, rate, seconds, hold_at, hold_for,
+            queries = SyncQueries(SyncPsycopgDriver(connection))
+
+            def enqueue_many(numbers) -> None:  # one statement, one commit
+                numbers = list(numbers)
+                queries.enqueue(["one_step"] * len(numbers), [str(n).encode() for n in numbers], [0] * len(numbers))
+
+            steady(NAME, version("pgqueuer"), URL, enqueue_many, rate, seconds, hold_at, hold_for,
                    ["pgqueuer", "pgqueuer_log"], jobs)
 
 

@@ -312,10 +312,13 @@ def main(argv=None) -> int:
             # Promoted: "wait_primary" (a primary whose standby is away; writes accepted), then "primary".
             promoted = formation.wait(lambda: formation.states().get(standby) in ("wait_primary", "primary"), 180,
                                       f"{standby} to be promoted")
+            # (A step whose commit reached the primary just before it died may show a moment after
+            # the kill: the first step after the promotion is the one that says work resumed.)
+            promoted_db = killed_at_db + dt.timedelta(seconds=promoted - killed)
             formation.wait(lambda: retrying(lambda: Step.objects.filter(status="completed",
-                                                                        finished_at__gt=killed_at_db).exists()),
-                           120, "a step to complete after the kill")
-            first_step = retrying(lambda: Step.objects.filter(status="completed", finished_at__gt=killed_at_db)
+                                                                        finished_at__gt=promoted_db).exists()),
+                           120, "a step to complete after the promotion")
+            first_step = retrying(lambda: Step.objects.filter(status="completed", finished_at__gt=promoted_db)
                                   .order_by("finished_at").values_list("finished_at", flat=True).first())
             resumed = (first_step - killed_at_db).total_seconds()
             back = formation.wait(lambda: retrying(listeners) >= WORKERS, 120,
