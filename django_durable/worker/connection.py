@@ -33,8 +33,9 @@ def report_lost(claim: workpool.Claim, worker: str, what: str) -> None:
 def find_dead_peers() -> list[str]:
     """Give every PostgreSQL database of this process the TCP settings that notice a silent
     database (workpool.listening.TCP_SETTINGS), where its OPTIONS do not set them; return the
-    aliases changed. Called as a worker process starts: its step code's queries get them too, so
-    a cut network ends a statement within DEAD_PEER_SECONDS instead of leaving it waiting."""
+    aliases changed. Called by `manage.py durable_worker` as it starts, before any connection
+    of its worker processes: their step code's queries get them too, so that a cut network ends a
+    statement within DEAD_PEER_SECONDS instead of leaving it waiting."""
     changed = []
     for alias in connections:
         if connections[alias].vendor != "postgresql":

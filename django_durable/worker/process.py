@@ -20,7 +20,7 @@ from ..humanize import one_line
 from ..interrupts import DatabaseUnavailable, LeaseLost
 from ..models import WorkflowRun, WorkItem
 from ..workpool import Outcome
-from .connection import DB_ERRORS, Backoff, Outage, close_connection, find_dead_peers, report_lost
+from .connection import DB_ERRORS, Backoff, Outage, close_connection, report_lost
 from .maintenance import Maintenance
 from .waiter import Waiter
 
@@ -79,7 +79,6 @@ class Worker:
     def run(self) -> int:
         """Process work until stopped (or, with burst, until none is left); return the exit code."""
         self._install_signal_handlers()
-        find_dead_peers()  # before either thread connects
         maintenance = self.maintenance = Maintenance(self)
         maintenance.start()
         waiter = Waiter(self.db, self._wake_r)

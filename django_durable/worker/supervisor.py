@@ -14,7 +14,6 @@ from django.db import DatabaseError, connections
 from .. import conf, workpool
 from ..humanize import one_line
 from ..workpool.listening import DEAD_PEER_SECONDS
-from .connection import find_dead_peers
 from .process import ABANDON_SECONDS, EXIT_REPLACE, Worker, process_name
 
 logger = logging.getLogger("django_durable.worker")
@@ -33,7 +32,6 @@ class Supervisor:
         self.killed: set[int] = set()  # children SIGKILLed for not stopping in time
 
     def run(self) -> int:
-        find_dead_peers()
         # Children must open their own connections: a socket shared across fork is corrupted
         # by whichever process speaks first.
         connections.close_all()

@@ -8,6 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_durable.worker.connection import find_dead_peers
 from django_durable.worker.supervisor import Supervisor
 from django_durable.worker import Worker
 
@@ -69,6 +70,9 @@ class Command(BaseCommand):
             "name": name,
             "grace": grace,
         }
+        # This process's connections, and those of the worker processes it forks, notice a
+        # database gone silent within seconds (a worker run in-process elsewhere is left alone).
+        find_dead_peers()
         if concurrency == 1:
             code = Worker(**worker_options).run()
         else:
