@@ -3,7 +3,7 @@ system drains, while one REPEATABLE READ session holds its snapshot open, so tha
 nothing the load writes meanwhile; then the recovery after the session commits.
 
     DATABASE_URL=postgres://... python bench/horizon.py [--minutes 10] [--hold-at 2] [--hold-for 5]
-        [--share 0.7] [--processes 2] [--systems django-durable,django-durable-mix,pgqueuer-asyncpg]
+        [--share 0.7 | --rate JOBS_A_SECOND] [--processes 2] [--systems django-durable,django-durable-mix,pgqueuer-asyncpg]
         [--json FILE]
 
 For each system, on a fresh database: its W5 drain rate first (3,000 one-step jobs; for the mix
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--hold-at", type=float, default=2, help="the minute the snapshot is taken")
     parser.add_argument("--hold-for", type=float, default=5, help="minutes it is held")
     parser.add_argument("--share", type=float, default=0.7, help="of the drain rate, offered")
+    parser.add_argument("--rate", type=float, help="offer this many jobs a second to every system instead")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--systems", default=f"django-durable,{MIX},pgqueuer-asyncpg")
     parser.add_argument("--json", type=Path)
@@ -124,9 +125,13 @@ def main() -> None:
     base = os.environ["DATABASE_URL"]
     found = {}
     for system in args.systems.split(","):
-        rate = args.share * capacity(system, base, args.processes)
-        print(f"{system}: finishes {rate / args.share:.0f}/s while enqueuing; offering {rate:.0f}/s for "
-              f"{args.minutes:g} min", file=sys.stderr, flush=True)
+        if args.rate:
+            rate = args.rate
+            print(f"{system}: offering {rate:.0f}/s for {args.minutes:g} min", file=sys.stderr, flush=True)
+        else:
+            rate = args.share * capacity(system, base, args.processes)
+            print(f"{system}: finishes {rate / args.share:.0f}/s while enqueuing; offering {rate:.0f}/s for "
+                  f"{args.minutes:g} min", file=sys.stderr, flush=True)
         result = steady(system, base, rate, args)
         result["verdict"] = verdict(result)
         found[system] = result
