@@ -9,12 +9,12 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 # Each pass has a limit of its own on top of pytest-timeout's per-test limit (pyproject.toml), so
 # that nothing, not even a wedged interpreter, outlives CI's 90 minutes. CI's four passes and the
-# docs site add up to 84 minutes (.ci/run sets the newest Django's lower ones). On this 2-core
+# docs site add up to 87 minutes (.ci/run sets the newest Django's lower ones). On this 2-core
 # machine the SQLite pass takes about 16 minutes (its browser tests start the demo twice) and the
 # PostgreSQL pass about 39 (its failover, partition, chaos and 10,000-run tests are a third of
 # it); the docs site builds in seconds.
 SQLITE_LIMIT=${DURABLE_SQLITE_LIMIT:-17m}
-POSTGRES_LIMIT=${DURABLE_POSTGRES_LIMIT:-44m}
+POSTGRES_LIMIT=${DURABLE_POSTGRES_LIMIT:-42m}
 DOCS_LIMIT=3m
 
 pg_dir=""
