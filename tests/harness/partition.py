@@ -6,8 +6,8 @@ processes against a PostgreSQL server in a third. The cut is a packet filter (nf
 namespace dropping everything between A and the database, both ways, with the link left up: no
 error reaches either side, as when a network fails between them. Three rounds:
 
-1. Mid-step: A's two processes are inside steps (one an atomic step with its transaction open)
-   when the cut comes. A's worker notices within the bound docs/workers.md gives (the TCP
+1. Mid-step: A's two processes are inside steps (one an atomic step with its transaction open,
+   one a plain step: A starts alone and takes the first two runs) when the cut comes. A's worker notices within the bound docs/workers.md gives (the TCP
    settings of workpool/listening.py); B takes A's runs over once their leases lapse and finishes
    them; the steps are let go and the link healed: A writes nothing for the runs it lost (the
    journal, the runs and the payments are as B left them), listens for NOTIFY again, and takes
@@ -86,10 +86,8 @@ class Partition:
                       options=("--grace", str(GRACE), *verbosity))
         self.b = Host("b", self.network, self.server, env, self.work, concurrency=2, options=verbosity)
         try:
-            for host in (self.a, self.b):
-                host.start()
-            wait_for(lambda: {name.split(":")[0] for name in live_workers()} == {"host-a", "host-b"}, 60,
-                     message="both hosts' workers")
+            self.a.start()  # alone at first: round 1's first two runs, one of each kind, are A's
+            wait_for(lambda: len(self.pids("a")) == 2, 60, message="host A's workers")
             self.mid_step()
             self.mid_batch()
             self.stopping()
@@ -107,7 +105,7 @@ class Partition:
         from django_durable.models import Step, WorkflowRun
         from tests.testapp.models import Payment
 
-        runs = self.block_everywhere(1)
+        runs = self.block_everywhere(1, then=self.start_b)
         on_a = [pk for pk, (_, host, _) in runs.items() if host == "a"]
         kinds = sorted(kind for pk, (kind, _, _) in runs.items() if pk in on_a)
 
@@ -252,7 +250,11 @@ class Partition:
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def block_everywhere(self, round_: int) -> dict:
+    def start_b(self) -> None:
+        self.b.start()
+        wait_for(lambda: len(self.pids("b")) == 2, 60, message="host B's workers")
+
+    def block_everywhere(self, round_: int, then=None) -> dict:
         """Four runs, one blocked in step b on each of the four worker processes (two per host),
         alternately an atomic payment and a plain step, each until its own file exists (a second
         execution does not wait); return {run id: (kind, host, that file)}."""
@@ -269,6 +271,8 @@ class Partition:
             # One at a time: each goes to a process still idle, so every process holds one.
             wait_for(reached.exists, 60, message=f"run {i} to reach step b")
             runs[run.pk], releases[run.pk] = "pay" if i % 2 == 0 else "block", release
+            if i == 1 and then is not None:  # (after the first two)
+                then()
         hosts = dict(WorkflowRun.objects.filter(pk__in=runs).values_list("pk", "last_worker"))
         placed = {pk: (kind, host_of(hosts[pk]), releases[pk]) for pk, kind in runs.items()}
         assert sorted(host for _, host, _ in placed.values()) == ["a", "a", "b", "b"], placed
