@@ -34,6 +34,11 @@ EXIT_REPLACE = 75
 QUICK_SECONDS = 0.02
 
 
+def shutdown_grace(grace: float | None = None) -> float:
+    """Seconds a stopping worker lets its step finish: `grace` (--grace), else DURABLE_SHUTDOWN_GRACE_SECONDS."""
+    return float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
+
+
 def process_name(base: str | None, pid: int) -> str:
     """A worker process's name in claims, logs and the Workers page: `base` (or the host) and its pid."""
     return f"{base or socket.gethostname()}:{pid}"
@@ -51,7 +56,7 @@ class Worker:
         self.queues = list(queues) if queues else None
         self.burst = burst
         self.name = name or process_name(None, os.getpid())
-        self.grace = float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
+        self.grace = shutdown_grace(grace)
         self.supervised = supervised
         self.processed = 0
         self._stopping = threading.Event()
@@ -401,11 +406,11 @@ class Worker:
         """
         # Handing back needs the database, which may not answer (a cut network): past
         # ABANDON_SECONDS the process ends anyway, and the claims return when their leases run out.
+        if self.maintenance.outage.since is not None:  # the database is away: nothing to hand back to
+            self._exit(replace)
         deadline = threading.Timer(ABANDON_SECONDS, self._exit, (replace,))
         deadline.daemon = True
         deadline.start()
-        if self.maintenance.outage.since is not None:  # the database is away: nothing to hand back to
-            self._exit(replace)
         claim = self.current_claim()
         if claim is not None:
             try:

@@ -14,7 +14,7 @@ from django.db import DatabaseError, connections
 from .. import conf, workpool
 from ..humanize import one_line
 from ..workpool.listening import DEAD_PEER_SECONDS
-from .process import ABANDON_SECONDS, EXIT_REPLACE, Worker, process_name
+from .process import ABANDON_SECONDS, EXIT_REPLACE, Worker, process_name, shutdown_grace
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -111,9 +111,7 @@ class Supervisor:
         """Seconds from a stop request to the end of every worker process: the grace for the step
         in flight, the time to find the database silent (a call under way when the grace ends),
         and the time to hand back (process.ABANDON_SECONDS); then the supervisor kills what is left."""
-        grace = self.worker_options.get("grace")
-        grace = float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
-        return grace + DEAD_PEER_SECONDS + ABANDON_SECONDS
+        return shutdown_grace(self.worker_options.get("grace")) + DEAD_PEER_SECONDS + ABANDON_SECONDS
 
     def _on_signal(self, signum, frame) -> None:
         # (Only flags, kill() and alarm(): it runs between two bytecodes of whatever run() does.)

@@ -30,10 +30,7 @@ DEAD_PEER_SECONDS = 20.0
 
 
 def _params(db: str) -> dict:
-    params = listen_params(db)
-    for name, value in TCP_SETTINGS.items():
-        params.setdefault(name, value)
-    return params
+    return {**TCP_SETTINGS, **listen_params(db)}
 
 
 def session(db: str, channels: list[str]):

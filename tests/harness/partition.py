@@ -108,6 +108,7 @@ class Partition:
         runs = self.block_everywhere(1, then=self.start_b)
         on_a = [pk for pk, (_, host, _) in runs.items() if host == "a"]
         kinds = sorted(kind for pk, (kind, _, _) in runs.items() if pk in on_a)
+        assert kinds == ["block", "pay"], f"host A should hold an atomic and a plain step: {kinds}"
 
         log_from = len(self.a.log())
         cut_at = time.monotonic()

@@ -9,6 +9,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from django_durable.worker.connection import find_dead_peers
+from django_durable.worker.process import shutdown_grace
 from django_durable.worker.supervisor import Supervisor
 from django_durable.worker import Worker
 
@@ -60,10 +61,7 @@ class Command(BaseCommand):
                 raise CommandError("--reload keeps a worker running; it does not go with --burst.")
             from django_durable.worker.reloader import Reloader, project_root, worker_command
 
-            from django_durable import conf
-
-            stop_within = grace if grace is not None else float(conf.get("SHUTDOWN_GRACE_SECONDS"))
-            sys.exit(Reloader(worker_command(), project_root(), grace=stop_within).run())
+            sys.exit(Reloader(worker_command(), project_root(), grace=shutdown_grace(grace)).run())
         worker_options = {
             "queues": [q.strip() for q in queues.split(",") if q.strip()] or None,
             "burst": burst,
