@@ -101,6 +101,15 @@ def side_effect_ledger(tmp_path, monkeypatch):
     monkeypatch.setenv("DURABLE_TEST_LEDGER", str(tmp_path / "ledger.txt"))
 
 
+@pytest.fixture(autouse=True)
+def fresh_floors():
+    """Each test's claims start from the start of the claim order (claiming.Floors): a floor is a
+    process's memory of the last test's items otherwise."""
+    from django_durable.workpool.claiming import floors
+
+    floors.clear()
+
+
 @pytest.fixture
 def approver(django_user_model):
     """alice, a staff user with testapp.approve_refund (an agent's refund tool waits for her)."""

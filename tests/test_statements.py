@@ -22,7 +22,7 @@ import django_durable as durable
 from django_durable.journal import StepRecord
 from django_durable.workpool import postgres, runs
 from django_durable.workpool import statements as sending
-from django_durable.workpool.rows import ClaimParams, ClaimRow
+from django_durable.workpool.rows import ClaimParams, ClaimRow, Place
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -60,7 +60,7 @@ def _statements() -> list[tuple[str, str, int]]:
 
     def execute(db, sql, params):
         sent.append((sql, len(params)))
-        nothing_ready = (None,) * 18
+        nothing_ready = (None,) * 20
         if "durable_workflow_run (id" in sql:  # a start
             return (1, at, at), 1
         if "durable_fair_turn" in sql:  # turns taken before a start_many() in a fair queue: the key's row after
@@ -78,6 +78,7 @@ def _statements() -> list[tuple[str, str, int]]:
     at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     shapes = [
         ("claim", lambda: postgres.claim(params)),
+        ("claim from the claimer's floor", lambda: postgres.claim(params._replace(floor=Place(0, at, 41)))),
         ("claim from some queues, not the items just declined",
          lambda: postgres.claim(params._replace(queues=["emails", "default"], avoid=(5, 6)))),
         ("record a step while it runs", lambda: postgres.record_steps(_Claim, [_record()])),
@@ -116,11 +117,13 @@ def _statements() -> list[tuple[str, str, int]]:
     if partitioning.runs.layout() is None and partitioning.layout() is None:  # batches: on plain tables only
         shapes += [
             ("claim several items (a batch)", lambda: postgres.claim_many(params, [uuid.UUID(int=5), uuid.UUID(int=6)])),
+            ("claim several items from the claimer's floor", lambda: postgres.claim_many(
+                params._replace(floor=Place(0, at, 41)), [uuid.UUID(int=5), uuid.UUID(int=6)])),
             ("finish several runs (a batch), with their last journal entries and a signal consumed", lambda: postgres.finish_runs(
                 [Ending(_Claim, "1", [_record()], None), Ending(_Claim, "2", [_record("approved", 9)], None)])),
         ]
     if partitioning.runs.layout() is not None:  # a claim's item first, then its run
-        claimed = ClaimRow._make((7, "advance", uuid.UUID(int=1), "", 1, at, *(None,) * 12))
+        claimed = ClaimRow._make((7, "advance", uuid.UUID(int=1), "", 1, at, *(None,) * 14))
         shapes.append(("read the run of the item just claimed", lambda: postgres.run_state(
             "default", claimed, uuid.UUID(int=2), "w")))
     def in_transaction(db, prelude, sql, params, *, all_rows=False):

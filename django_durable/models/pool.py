@@ -42,18 +42,39 @@ def _within(limit, ending, now: str) -> RawSQL:
                   output_field=models.BooleanField())
 
 
+# The items after a place in the claim order (WorkItemQuerySet.ready's `floor`): those of a higher
+# priority, and those of its priority at or after it. Each part alone is a range of the ready index
+# (workpool/postgres.py claims from both and takes the first): PostgreSQL starts its walk at the
+# place, not at the index's first entry. SQLite compares row values as well.
+_ABOVE = '"durable_work_item"."priority" > %s'
+_FROM = ('"durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") '
+         '>= (%s, %s)')
+
+
+def after(floor, part: str | None = None) -> RawSQL:
+    """The condition of the items after `floor` (priority, available_at, id) in the claim order:
+    of a higher priority (`part` "above"), of its priority at or after it ("from"), or either (None)."""
+    priority = floor[0]
+    if part == "above":
+        return RawSQL(_ABOVE, [priority], output_field=models.BooleanField())
+    if part == "from":
+        return RawSQL(_FROM, list(floor), output_field=models.BooleanField())
+    return RawSQL(f"({_ABOVE} OR ({_FROM}))", [priority, *floor], output_field=models.BooleanField())
+
+
 def _ready_again():
     """When an item made ready again is ready: now, or in a fair queue at its turn (workpool/fairness.py)."""
     return Coalesce(F("turn"), clock.db_now())
 
 
 class WorkItemQuerySet(models.QuerySet):
-    def ready(self, queues=None, avoid=(), limits=(), ending=0):
+    def ready(self, queues=None, avoid=(), limits=(), ending=0, floor=None):
         """Pending items whose time has come, in claim order (leaving out the ids in `avoid`).
 
         `limits` (queues.QueueLimits) leave out the items their queue's limits hold back now:
         a full queue, a full concurrency key, a rate not due yet. `ending` is the item whose end
-        the claim is part of: it no longer counts as running.
+        the claim is part of: it no longer counts as running. `floor` (priority, available_at,
+        id) keeps only the items after it in the claim order (workpool/claiming.py, Floors).
         """
         # 'pending' is written into the statement, not passed as a parameter: PostgreSQL plans a
         # prepared claim once (a generic plan) only if that plan can use the partial index of
@@ -63,6 +84,8 @@ class WorkItemQuerySet(models.QuerySet):
             qs = qs.filter(queue__in=queues)
         if avoid:
             qs = qs.exclude(id__in=avoid)
+        if floor is not None:
+            qs = qs.filter(after(floor))
         if limits:
             from django.db import connections
 

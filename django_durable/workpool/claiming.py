@@ -15,13 +15,80 @@ from django.db import transaction
 from django.db.models import F
 
 from .. import faults
+from .. import queues as durable_queues
 from ..models import WorkflowRun, WorkItem
 from . import backend
 from .holds import Claim
 from .leases import lease_seconds, valid_until
-from .rows import ClaimParams, Claimed
+from .rows import ClaimParams, Claimed, Place
 
 Status = WorkItem.Status
+
+# How long a claimer may start its claims at its floor before it looks from the start of the
+# claim order again (Floors).
+FLOOR_SECONDS = 1.0
+
+
+class Floors:
+    """Where each claimer of this process stands in the claim order, so that its next claim starts
+    there instead of at the start of the ready index.
+
+    Every claim leaves an entry behind in the ready index (the item's pending version) until
+    VACUUM removes it, and VACUUM may remove none while any snapshot older than it is open: a
+    long report, a session idle in transaction, a replica's feedback. A claim from the start of the
+    index then visits every such entry's row, and at a thousand claims a second a held snapshot
+    makes each claim slower than the one before. A claim from the floor (the last item the claimer
+    took: its priority, available_at and id) passes over them inside the index.
+
+    Items the floor does not see: those of a higher priority, and those that came in behind it
+    (an item whose transaction began before the floor's item was ready and committed after it was
+    claimed). So a claim that finds nothing from its floor looks from the start at once, and a
+    claimer looks from the start at least every FLOOR_SECONDS: such an item waits at most that
+    much longer. Claims of several queues, or of queues with limits or fair shares (whose items
+    may be held back, or ready again at an earlier turn), always look from the start.
+    """
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._at: dict[tuple, tuple[Place, float]] = {}
+        self.clock = clock
+
+    def clear(self) -> None:
+        """Forget every floor: each claimer's next claim looks from the start."""
+        self._at.clear()
+
+    @staticmethod
+    def _key(db: str, queues: list[str] | None) -> tuple:
+        return db, tuple(queues or ())
+
+    def of(self, db: str, queues: list[str] | None) -> Place | None:
+        """The floor a claim of `queues` starts at, or None: from the start of the claim order."""
+        entry = self._at.get(self._key(db, queues))
+        if entry is None or self.clock() - entry[1] >= FLOOR_SECONDS:
+            return None
+        return entry[0]
+
+    def moved(self, db: str, queues: list[str] | None, floor: Place | None, places: list[Place], full: bool) -> None:
+        """After a claim from `floor` that took the items at `places` (`full`: as many as it asked
+        for): the floor is the last of them. A claim that took fewer than it asked for leaves the
+        floor: the next looks from the start."""
+        key = self._key(db, queues)
+        if not places or not full or not _first_come(queues):
+            self._at.pop(key, None)
+            return
+        last = max(places, key=lambda place: (-place.priority, place.available_at, place.id))
+        since = self._at[key][1] if floor is not None and key in self._at else self.clock()
+        self._at[key] = (last, since)
+
+
+floors = Floors()
+
+
+def _first_come(queues: list[str] | None) -> bool:
+    """Whether a claim of `queues` may start at its floor: every queue or one, none of them with a
+    limit or fair shares."""
+    if queues is not None and len(queues) > 1:
+        return False
+    return not any(queues is None or name in queues for name in durable_queues.configured())
 
 
 @dataclass(frozen=True)
@@ -36,7 +103,12 @@ class ClaimRequest:
 
 def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, ...] = ()) -> Claim | None:
     """Claim the next ready work item for `worker` (not one in `avoid`); return the Claim (with its run) or None."""
-    return claimed(db, ClaimRequest(worker, queues, avoid), backend.of(db).claim)
+    request, send = ClaimRequest(worker, queues, avoid), backend.of(db).claim
+    from_floor = floors.of(db, queues) is not None
+    result = claimed(db, request, send)
+    if result is None and from_floor:  # nothing from the floor: look from the start (the floor is gone)
+        result = claimed(db, request, send)
+    return result
 
 
 def batches(db: str, queues: list[str] | None) -> bool:
@@ -49,9 +121,14 @@ def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int) -> lis
     """Claim up to `k` ready work items for `worker` at once (on PostgreSQL in one statement), each
     with its own token and lease, as claim() would one after the other."""
     tokens = [uuid.uuid4() for _ in range(k)]
+    floor = floors.of(db, queues)
     started = time.monotonic()
-    rows = backend.of(db).claim_many(ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds()), tokens)
+    rows = backend.of(db).claim_many(
+        ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds(), floor=floor), tokens)
     answered = time.monotonic()
+    floors.moved(db, queues, floor, [row.place for row, _ in rows], full=len(rows) == k)
+    if not rows and floor is not None:  # nothing from the floor: look from the start
+        return claim_many(worker=worker, queues=queues, db=db, k=k)
     return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
 
 
@@ -69,6 +146,7 @@ def unclaim(claims: list[Claim]) -> int:
                 held += 1
                 WorkflowRun.objects.using(db).filter(pk=claim.run_id).back_to_pending()
             claim.lost = True  # (it is not ours any more, whichever way)
+    floors.clear()  # they are ready again in their places, before the floor
     return held
 
 
@@ -79,8 +157,10 @@ def claimed(db: str, request: ClaimRequest | None, send) -> Claim | None:
         send(None)
         return None
     token = uuid.uuid4()
+    floor = floors.of(db, request.queues)
     started = time.monotonic()
-    row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid))
+    row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid, floor))
+    floors.moved(db, request.queues, floor, [row.place] if row is not None else [], full=True)
     if row is None:
         return None
     return _claim_of(row, token, request.worker, db, started, time.monotonic())

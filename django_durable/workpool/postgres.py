@@ -20,9 +20,10 @@ from .. import clock, partitioning
 from .. import queues as durable_queues
 from ..journal import STEP_COLUMNS, UPSERT, UPSERT_PARTITIONED
 from ..models import WorkflowRun, WorkItem
+from ..models.pool import after
 from . import queries, statements
 from .endings import UNCHANGED
-from .rows import Child, ClaimParams, Claimed, ClaimRow, Entry, Message, RunColumns
+from .rows import Child, ClaimParams, Claimed, ClaimRow, Entry, Message, Place, RunColumns
 
 if TYPE_CHECKING:
     from ..journal import StepRecord
@@ -103,11 +104,19 @@ def _journal_parts() -> dict:
     return parts
 
 
-class _Ending:
-    """Stands in the cached pick's parameters for the id of the item the claim's statement ends."""
+class _Slot:
+    """Stands in a cached pick's parameters for a value each claim gives: the id of the item the
+    claim's statement ends, or a part of the claimer's floor."""
 
 
-_ENDING = _Ending()
+_ENDING = _Slot()
+_FLOOR = Place(_Slot(), _Slot(), _Slot())  # type: ignore[arg-type]
+
+
+def _filled(params: list, ending, floor: Place | None) -> list:
+    """A cached pick's parameters with its slots filled in."""
+    slots = {id(_ENDING): ending, **({id(slot): value for slot, value in zip(_FLOOR, floor)} if floor else {})}
+    return [slots.get(id(param), param) if isinstance(param, _Slot) else param for param in params]
 
 # Stands in the compiled probe of one queue for the queue it probes (served.queue).
 _SERVED = "\x00served queue"
@@ -126,29 +135,29 @@ def _served_probe(sql: str, params: list) -> tuple[str, list]:
     return text, kept
 
 
-def _pick(queues, db, avoid=(), limits=(), ending=0) -> tuple[str, list]:
+def _pick(queues, db, avoid=(), limits=(), ending=0, floor: Place | None = None) -> tuple[str, list]:
     """SQL that locks the next ready item, built by the ORM's select_for_update(skip_locked=True).
 
     SKIP LOCKED: claimers never wait for each other, each takes the next row nobody holds.
     NO KEY UPDATE: the lock does not block inserts that reference the row.
     """
-    key = (db, tuple(queues or ()), clock.now_sql("postgresql"), avoid, limits)
+    key = (db, tuple(queues or ()), clock.now_sql("postgresql"), avoid, limits, floor is not None)
     if key not in _pick_cache:
         several = queues is not None and len(queues) > 1
+        assert floor is None or not several, "a floor is given to a claim of every queue or of one"
         locked = WorkItem.objects.using(db).ready(None if several else queues, avoid, limits, ending=_ENDING)
-        if several:
+        if floor is not None:
+            sql, params = _after_floor(locked, db, 1)
+        elif several:
             # One probe per queue (queries.PICK_FROM_QUEUES): its first ready item, through the
             # per-queue index. A range, not an equality, and the queue first in the order: no other
             # index gives that order, so the plan takes that index whatever the statistics say (with
             # an equality it walked the all-queues index instead: all of it, for a queue with none ready).
             locked = locked.filter(queue__gte=_SERVED, queue__lte=_SERVED).order_by(
                 "queue", "-priority", "available_at", "id")
-        fields = ("id", "priority", "available_at") if several else ("id",)
-        locked = locked.select_for_update(skip_locked=True, no_key=True).values(*fields)[:1]
-        # The ORM compiles a locking query only inside a transaction; compiling sends nothing.
-        with transaction.atomic(using=db):
-            sql, params = locked.query.get_compiler(using=db).as_sql()
-        params = list(params)
+        if floor is None:
+            fields = ("id", "priority", "available_at") if several else ("id",)
+            sql, params = _compiled(locked.select_for_update(skip_locked=True, no_key=True).values(*fields)[:1], db)
         if several:
             sql, params = _served_probe(sql, params)
             sql, params = queries.PICK_FROM_QUEUES.format(probe=sql), [list(queues), *params]
@@ -156,7 +165,30 @@ def _pick(queues, db, avoid=(), limits=(), ending=0) -> tuple[str, list]:
             _pick_cache.clear()
         _pick_cache[key] = (sql, params)
     sql, params = _pick_cache[key]
-    return sql, [ending if param is _ENDING else param for param in params] if limits else params
+    return sql, _filled(params, ending, floor) if limits or floor is not None else params
+
+
+def _compiled(queryset, db: str) -> tuple[str, list]:
+    """The SQL of a locking `queryset` and its parameters. (The ORM compiles a locking query only
+    inside a transaction; compiling sends nothing.)"""
+    with transaction.atomic(using=db):
+        sql, params = queryset.query.get_compiler(using=db).as_sql()
+    return sql, list(params)
+
+
+def _after_floor(ready, db: str, k: int) -> tuple[str, list]:
+    """SQL that locks the first `k` of the `ready` items after the claimer's floor (its slots,
+    _FLOOR; claiming.Floors): the first k of a higher priority and the first k of its priority at
+    or after it, each a range of the ready index, then the first k of both. All of those are
+    locked for the moment of the statement; the claim takes the k."""
+    parts, params = [], []
+    for part in ("above", "from"):  # (locking selects may not be the arms of a UNION: CTEs may)
+        sql, part_params = _compiled(ready.filter(after(_FLOOR, part)).select_for_update(skip_locked=True, no_key=True)
+                                     .values("id", "priority", "available_at")[:k], db)
+        parts.append(f"floor_{part} AS ({sql})")
+        params += part_params
+    return (f"WITH {', '.join(parts)} SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p "
+            f"ORDER BY p.priority DESC, p.available_at, p.id LIMIT {k}"), params
 
 
 def _claim_parts(params: ClaimParams, exclude=(), ending=0) -> tuple[str, str, list, list]:
@@ -165,7 +197,7 @@ def _claim_parts(params: ClaimParams, exclude=(), ending=0) -> tuple[str, str, l
     item `w` of the items changed by the CTEs this claim follows, and `ending` the item they end
     (which no longer counts against its queue's limits)."""
     limits = tuple(durable_queues.served(params.queues))
-    pick_sql, pick_params = _pick(params.queues, params.db, params.avoid, limits, ending)
+    pick_sql, pick_params = _pick(params.queues, params.db, params.avoid, limits, ending, params.floor)
     rates = [limit for limit in limits if limit.rate is not None]
     key = (pick_sql, exclude, bool(rates), partitioning.layout(params.db), partitioning.runs.layout(params.db),
            clock.now_sql("postgresql"))
@@ -233,6 +265,10 @@ _claim_many_sql: dict = {}
 # as the table grows: with sequential scans off, each is planned as a lookup through its index
 # whatever the statistics say (tests/test_plans.py).
 _INDEXED = ("SET LOCAL enable_seqscan TO off", [])
+# And for a batch from the claimer's floor: without bitmap scans. The generic plan of its first part
+# (the items of a higher priority, mostly none) guesses a row or two, and would read them all
+# through a bitmap and sort them rather than walk the index in order to the first k (tests/test_plans.py).
+_ORDERED = ("SET LOCAL enable_bitmapscan TO off", [])
 
 
 def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claimed, uuid.UUID]]:
@@ -245,13 +281,15 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
     claim per batch made it worth nothing measurable. BEGIN, the setting, the claim and COMMIT go
     in one pipeline: one round trip.
     """
-    db, k = params.db, len(tokens)
-    key = (db, tuple(params.queues or ()), clock.now_sql("postgresql"), k)
+    db, k, floor = params.db, len(tokens), params.floor
+    key = (db, tuple(params.queues or ()), clock.now_sql("postgresql"), k, floor is not None)
     sql = _claim_many_sql.get(key)
     if sql is None:
-        locked = WorkItem.objects.using(db).ready(params.queues).select_for_update(skip_locked=True, no_key=True)
-        with transaction.atomic(using=db):  # the ORM compiles a locking query only in a transaction
-            pick, pick_params = locked.values("id")[:k].query.get_compiler(using=db).as_sql()
+        ready = WorkItem.objects.using(db).ready(params.queues)
+        if floor is not None:
+            pick, pick_params = _after_floor(ready, db, k)
+        else:
+            pick, pick_params = _compiled(ready.select_for_update(skip_locked=True, no_key=True).values("id")[:k], db)
         if len(_claim_many_sql) > 64:
             _claim_many_sql.clear()
         select = _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
@@ -259,8 +297,9 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
         sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select,
                                             snapshot_moved=queries.SNAPSHOT_MOVED), list(pick_params))
     sql, pick_params = sql
-    values = [*pick_params, list(tokens), params.worker, params.lease, params.worker]
-    rows = statements.in_transaction(db, [_INDEXED], sql, values, all_rows=True)
+    values = [*_filled(pick_params, 0, floor), list(tokens), params.worker, params.lease, params.worker]
+    rows = statements.in_transaction(db, [_INDEXED, _ORDERED] if floor is not None else [_INDEXED], sql, values,
+                                     all_rows=True)
     return [(claimed, row[-1]) for row in rows if (claimed := ClaimRow._make(row[:-1]).claimed()) is not None]
 
 

@@ -108,7 +108,8 @@ claimed AS (
     UPDATE durable_work_item AS w
     SET """ + claim_item("%s", "%s", "%s") + """
     WHERE w.id = (SELECT id FROM picked) {chain_guard}
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ){claim_run}{rated}"""
 
 # Whether the item a claim locks changed after the claim's statement began (`w` is the version it
@@ -178,7 +179,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
        (SELECT json_agg({child})
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ({terminal})) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id"""
 
 # Where the runs table is partitioned, the claim's statement takes the item only, its run's
@@ -190,7 +191,7 @@ CLAIM_ITEM_SELECT = """
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, {now} AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c"""
 
 # The claimed item's run where the runs table is partitioned, after CLAIM_ITEM_SELECT, given the
@@ -295,7 +296,7 @@ claimed AS (
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
-              w.claim_token
+              w.priority, w.available_at, w.claim_token
 ),
 run AS (
     UPDATE durable_workflow_run AS r

@@ -65,9 +65,20 @@ class RunState:
     children: list[Child] = field(default_factory=list)  # the finished ones
 
 
+class Place(NamedTuple):
+    """Where an item stands in the claim order (highest priority first, then the earliest
+    available_at, then the lowest id): a claimer's floor (ClaimParams.floor). On SQLite the time is
+    the text it stores, which is what its claims sort by."""
+
+    priority: int
+    available_at: dt.datetime | str
+    id: int
+
+
 class Claimed(NamedTuple):
     """What a claim answers, on either database: the item, the database's clock, and its run's
-    state (None when the run finished or vanished before the claim)."""
+    state (None when the run finished or vanished before the claim), and the item's place in
+    the claim order."""
 
     item_id: int
     kind: str
@@ -79,6 +90,7 @@ class Claimed(NamedTuple):
     function: str | None
     input: str | None
     group: str | None
+    place: Place
 
 
 class RunColumns(NamedTuple):
@@ -119,6 +131,8 @@ class ClaimRow(NamedTuple):
     function: str | None
     item_input: str | None
     group: str | None
+    priority: int
+    available_at: dt.datetime
 
     def with_run(self, run: RunColumns) -> ClaimRow:
         """This row with its run's columns read apart (RUN_STATE, where runs are partitioned)."""
@@ -136,12 +150,14 @@ class ClaimRow(NamedTuple):
                            [Message._make(message) for message in self.messages or ()],
                            [Child._make(child) for child in self.children or ()])
         return Claimed(self.item_id, self.kind, self.run_id, self.step_key, self.attempts, self.db_now, run,
-                       self.function, self.item_input, self.group)
+                       self.function, self.item_input, self.group, Place(self.priority, self.available_at, self.item_id))
 
 
 class ClaimParams(NamedTuple):
     """What a backend's claim statement is given: the claimer, the queues it serves, the
-    database, the new claim's token and lease, and the items it must not take (`avoid`)."""
+    database, the new claim's token and lease, the items it must not take (`avoid`), and its
+    `floor`: when given, only items of the floor's priority at or after it in the claim order
+    (claiming.Floors says why and when)."""
 
     worker: str
     queues: list[str] | None
@@ -149,3 +165,4 @@ class ClaimParams(NamedTuple):
     token: uuid.UUID
     lease: float
     avoid: tuple[int, ...] = ()
+    floor: Place | None = None

@@ -13,7 +13,8 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
-from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Value, When
+from django.db.models import Case, DateTimeField, ExpressionWrapper, F, TextField, Value, When
+from django.db.models.functions import Cast
 
 from .. import clock
 from .. import queues as durable_queues
@@ -21,7 +22,7 @@ from ..journal import STEP_COLUMNS, UPSERT
 from ..models import QueueState, SignalMessage, Step, Timer, WorkflowRun, WorkItem
 from . import endings
 from .leases import lease_expiry
-from .rows import Child, ClaimParams, Claimed, Entry, Message, RunState
+from .rows import Child, ClaimParams, Claimed, Entry, Message, Place, RunState
 from .wakeups import wake
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
     # Compare-and-set: the UPDATE only matches the row while it is still pending, so of two
     # workers racing for a row exactly one changes it; the other tries the next row.
     for _ in range(3):
-        candidate = WorkItem.objects.using(db).ready(params.queues, params.avoid, limits) \
+        candidate = WorkItem.objects.using(db).ready(params.queues, params.avoid, limits, floor=params.floor) \
             .values_list("id", flat=True).first()
         if candidate is None:
             return None
@@ -108,10 +109,12 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
             break
     else:
         return None
-    item_id, kind, run_id, step_key, attempts, function, item_input, group = (
+    item_id, kind, run_id, step_key, attempts, function, item_input, group, priority, available_at = (
         WorkItem.objects.using(db)
         .filter(id=candidate)
-        .values_list("id", "kind", "run_id", "step_key", "attempts", "function", "input", "group")
+        # available_at as stored, text: the floor compares it as the claim order sorts it (Place)
+        .values_list("id", "kind", "run_id", "step_key", "attempts", "function", "input", "group", "priority",
+                     Cast("available_at", TextField()))
         .get()
     )
     run = None
@@ -141,7 +144,8 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
             run = RunState(state["workflow"], state["input"], state["attempt"], state["max_attempts"],
                            state["deadline_at"], state["cancel_requested_at"] is not None, journal, messages, children)
     # SQLite's clock is this machine's clock.
-    return Claimed(item_id, kind, run_id, step_key, attempts, clock.now(), run, function, item_input, group)
+    return Claimed(item_id, kind, run_id, step_key, attempts, clock.now(), run, function, item_input, group,
+                   Place(priority, available_at, item_id))
 
 
 def _params(claim, records, connection) -> list:

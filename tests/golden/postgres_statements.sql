@@ -13,7 +13,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -42,7 +43,52 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
+
+-- name: claim from the claimer's floor (7 parameters)
+WITH
+picked AS (WITH floor_above AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND ("durable_work_item"."priority" > %s)) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED), floor_from AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND ("durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") >= (%s, %s))) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p ORDER BY p.priority DESC, p.available_at, p.id LIMIT 1),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+    WHERE w.id = (SELECT id FROM picked)
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
+),
+run AS (
+    -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
+    UPDATE durable_workflow_run AS r
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = claimed.claimed_by,
+        last_claimed_at = statement_timestamp()
+    FROM claimed
+    WHERE r.id = (SELECT run_id FROM claimed WHERE kind = 'advance') AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
 -- name: claim from some queues, not the items just declined (6 parameters)
@@ -58,7 +104,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -87,7 +134,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
 -- name: record a step while it runs (19 parameters)
@@ -249,7 +296,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -280,7 +328,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
 -- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
@@ -359,7 +407,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -390,7 +439,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
 -- name: finish a branch (25 parameters)
@@ -443,7 +492,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -474,7 +524,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
 -- name: finish a failed branch of a fail-fast group (25 parameters)
@@ -527,7 +577,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -558,7 +609,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
 -- name: queue a branch again after its back-off (19 parameters)
@@ -599,7 +650,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -635,7 +687,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
 -- name: finish a run and claim the next item from a limited queue, statement 1 of 2 (1 parameters)
@@ -699,7 +751,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 run AS (
     -- Advancing makes the run `running`; a branch (a step item) leaves it waiting.
@@ -737,7 +790,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
 -- name: start a run (7 parameters)
@@ -909,7 +962,7 @@ claimed AS (
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
-              w.claim_token
+              w.priority, w.available_at, w.claim_token
 ),
 run AS (
     UPDATE durable_workflow_run AS r
@@ -937,7 +990,59 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group, c.claim_token
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
+
+-- name: claim several items from the claimer's floor, statement 1 of 3 (0 parameters)
+SET LOCAL enable_seqscan TO off;
+
+-- name: claim several items from the claimer's floor, statement 2 of 3 (0 parameters)
+SET LOCAL enable_bitmapscan TO off;
+
+-- name: claim several items from the claimer's floor, statement 3 of 3 (8 parameters)
+WITH picked AS (
+    SELECT p.id, row_number() OVER () AS n FROM (WITH floor_above AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND ("durable_work_item"."priority" > %s)) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED), floor_from AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND ("durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") >= (%s, %s))) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED) SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p ORDER BY p.priority DESC, p.available_at, p.id LIMIT 2) AS p
+),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing',
+        claim_token = (%s::uuid[])[picked.n],
+        claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+    FROM picked
+    WHERE w.id = picked.id
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at, w.claim_token
+),
+run AS (
+    UPDATE durable_workflow_run AS r
+    SET status = 'running',
+        started_at = COALESCE(r.started_at, statement_timestamp()),
+        updated_at = statement_timestamp(),
+        waiting_on = '',
+        last_worker = %s,
+        last_claimed_at = statement_timestamp()
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+    RETURNING r.id
+)
+
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       CASE WHEN r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out') THEN r.workflow END,
+       r.input, r.attempt, r.max_attempts, r.deadline_at, r.cancel_requested_at IS NOT NULL,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id)
+       ELSE
+           (SELECT json_agg(json_build_array(s.key, s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempts, s.deadline_at, s.retry_at, s.match, s.fingerprint)) FROM durable_step AS s WHERE s.run_id = c.run_id AND s.key = c.step_key)
+       END AS journal,
+       CASE WHEN c.kind = 'advance' THEN
+           (SELECT json_agg(json_build_array(m.id, m.kind, m.name, m.target_key, m.payload, m.created_at) ORDER BY m.id)
+            FROM durable_signal AS m WHERE m.run_id = c.run_id AND m.consumed_at IS NULL) END AS messages,
+       (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
+        FROM durable_workflow_run AS k
+        WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
 -- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 1 of 2 (0 parameters)

@@ -13,12 +13,34 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
+FROM claimed AS c;
+
+-- name: claim from the claimer's floor (7 parameters)
+WITH
+picked AS (WITH floor_above AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND ("durable_work_item"."priority" > %s)) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED), floor_from AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND ("durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") >= (%s, %s))) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p ORDER BY p.priority DESC, p.available_at, p.id LIMIT 1),
+claimed AS (
+    UPDATE durable_work_item AS w
+    SET status = 'processing',
+        claim_token = %s,
+        claimed_by = %s,
+        claim_expires_at = statement_timestamp() + make_interval(secs => %s),
+        attempts = w.attempts + 1,
+        wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
+    WHERE w.id = (SELECT id FROM picked)
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
+)
+SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
+       NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
+       NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c;
 
 -- name: claim from some queues, not the items just declined (6 parameters)
@@ -34,12 +56,13 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 )
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c;
 
 -- name: record a step while it runs (21 parameters)
@@ -201,14 +224,15 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c) AS nxt ON true;
 
 -- name: hand a run back to wait, with a timer and two parallel branches (34 parameters)
@@ -287,14 +311,15 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', ''), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c) AS nxt ON true;
 
 -- name: finish a branch (27 parameters)
@@ -347,14 +372,15 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c) AS nxt ON true;
 
 -- name: finish a failed branch of a fail-fast group (27 parameters)
@@ -407,14 +433,15 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence) AND w.kind = 'advance', false) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 )
 SELECT (SELECT count(*) FROM fence), (SELECT pg_notify('durable_work', '') FROM woke LIMIT 1), nxt.*
 FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c) AS nxt ON true;
 
 -- name: queue a branch again after its back-off (20 parameters)
@@ -455,7 +482,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 rated AS (
     INSERT INTO durable_queue (name, next_claim_at)
@@ -467,7 +495,7 @@ rated AS (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c;
 
 -- name: finish a run and claim the next item from a limited queue, statement 1 of 2 (1 parameters)
@@ -531,7 +559,8 @@ claimed AS (
         attempts = w.attempts + 1,
         wake = w.xmin <> (SELECT s.xmin FROM durable_work_item AS s WHERE s.id = w.id)
     WHERE w.id = (SELECT id FROM picked) AND NOT COALESCE(w.run_id = (SELECT run_id FROM fence), false) AND NOT COALESCE(w.run_id = (SELECT parent_id FROM done) AND w.kind = 'advance', false)
-    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by
+    RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
+              w.priority, w.available_at
 ),
 rated AS (
     INSERT INTO durable_queue (name, next_claim_at)
@@ -545,7 +574,7 @@ FROM (SELECT 1) AS one LEFT JOIN (
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
        NULL::varchar, NULL::text, NULL::integer, NULL::integer, NULL::timestamptz, NULL::boolean,
        NULL::json AS journal, NULL::json AS messages, NULL::json AS children,
-       c.function, c.input AS item_input, c.group
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c) AS nxt ON true;
 
 -- name: start a run (8 parameters)
