@@ -40,12 +40,14 @@ class Floors:
     makes each claim slower than the one before. A claim from the floor (the last item the claimer
     took: its priority, available_at and id) passes over them inside the index.
 
-    Items the floor does not see: those of a higher priority, and those that came in behind it
-    (an item whose transaction began before the floor's item was ready and committed after it was
-    claimed). So a claim that finds nothing from its floor looks from the start at once, and a
-    claimer looks from the start at least every FLOOR_SECONDS: such an item waits at most that
-    much longer. Claims of several queues, or of queues with limits or fair shares (whose items
-    may be held back, or ready again at an earlier turn), always look from the start.
+    A claim from the floor takes from two ranges of the index: the items of a higher priority, and
+    those of the floor's priority at or after it. Items it does not see are those that came in
+    behind it (an item whose transaction began before the floor's item was ready and committed
+    after it was claimed, or one given back in its place). So a claim that finds nothing from its
+    floor looks from the start at once (nothing is ready only when nothing is ready from the
+    start), and a claimer looks from the start at least every FLOOR_SECONDS: such an item waits at
+    most that much longer. Claims of several queues, or of queues with limits or fair shares (whose
+    items may be held back, or ready again at an earlier turn), always look from the start.
     """
 
     def __init__(self, clock=time.monotonic) -> None:
@@ -67,17 +69,21 @@ class Floors:
             return None
         return entry[0]
 
-    def moved(self, db: str, queues: list[str] | None, floor: Place | None, places: list[Place], full: bool) -> None:
-        """After a claim from `floor` that took the items at `places` (`full`: as many as it asked
-        for): the floor is the last of them. A claim that took fewer than it asked for leaves the
-        floor: the next looks from the start."""
+    def moved(self, db: str, queues: list[str] | None, floor: Place | None, places: list[Place]) -> None:
+        """After a claim from `floor` (None: from the start) that took the items at `places`: the
+        floor is the last of them. A claim from the start that took nothing leaves the floor where
+        it was, looked past as of now (nothing was ready before it); one from the floor that took
+        nothing leaves it as it was: the claimer looks from the start next (claim(), claim_many())."""
         key = self._key(db, queues)
-        if not places or not full or not _first_come(queues):
+        if not _first_come(queues):
             self._at.pop(key, None)
             return
-        last = max(places, key=lambda place: (-place.priority, place.available_at, place.id))
-        since = self._at[key][1] if floor is not None and key in self._at else self.clock()
-        self._at[key] = (last, since)
+        entry = self._at.get(key)
+        if places:
+            last = max(places, key=lambda place: (-place.priority, place.available_at, place.id))
+            self._at[key] = (last, entry[1] if floor is not None and entry is not None else self.clock())
+        elif floor is None and entry is not None:
+            self._at[key] = (entry[0], self.clock())
 
 
 floors = Floors()
@@ -106,8 +112,8 @@ def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, .
     request, send = ClaimRequest(worker, queues, avoid), backend.of(db).claim
     from_floor = floors.of(db, queues) is not None
     result = claimed(db, request, send)
-    if result is None and from_floor:  # nothing from the floor: look from the start (the floor is gone)
-        result = claimed(db, request, send)
+    if result is None and from_floor:  # nothing from the floor: look from the start
+        result = claimed(db, request, send, from_start=True)
     return result
 
 
@@ -117,18 +123,18 @@ def batches(db: str, queues: list[str] | None) -> bool:
     return backend.of(db).batches(db, queues)
 
 
-def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int) -> list[Claim]:
+def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_start: bool = False) -> list[Claim]:
     """Claim up to `k` ready work items for `worker` at once (on PostgreSQL in one statement), each
     with its own token and lease, as claim() would one after the other."""
     tokens = [uuid.uuid4() for _ in range(k)]
-    floor = floors.of(db, queues)
+    floor = None if from_start else floors.of(db, queues)
     started = time.monotonic()
     rows = backend.of(db).claim_many(
         ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds(), floor=floor), tokens)
     answered = time.monotonic()
-    floors.moved(db, queues, floor, [row.place for row, _ in rows], full=len(rows) == k)
+    floors.moved(db, queues, floor, [row.place for row, _ in rows])
     if not rows and floor is not None:  # nothing from the floor: look from the start
-        return claim_many(worker=worker, queues=queues, db=db, k=k)
+        return claim_many(worker=worker, queues=queues, db=db, k=k, from_start=True)
     return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
 
 
@@ -150,17 +156,17 @@ def unclaim(claims: list[Claim]) -> int:
     return held
 
 
-def claimed(db: str, request: ClaimRequest | None, send) -> Claim | None:
-    """Call `send` with the ClaimParams of a claim for `request` (None: no claim asked for); turn
-    the Claimed it answers into a Claim."""
+def claimed(db: str, request: ClaimRequest | None, send, from_start: bool = False) -> Claim | None:
+    """Call `send` with the ClaimParams of a claim for `request` (None: no claim asked for), from
+    the claimer's floor unless `from_start`; turn the Claimed it answers into a Claim."""
     if request is None:
         send(None)
         return None
     token = uuid.uuid4()
-    floor = floors.of(db, request.queues)
+    floor = None if from_start else floors.of(db, request.queues)
     started = time.monotonic()
     row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid, floor))
-    floors.moved(db, request.queues, floor, [row.place] if row is not None else [], full=True)
+    floors.moved(db, request.queues, floor, [row.place] if row is not None else [])
     if row is None:
         return None
     return _claim_of(row, token, request.worker, db, started, time.monotonic())
