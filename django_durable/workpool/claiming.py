@@ -65,7 +65,7 @@ class Floors:
     def of(self, db: str, queues: list[str] | None) -> Place | None:
         """The floor a claim of `queues` starts at, or None: from the start of the claim order."""
         entry = self._at.get(self._key(db, queues))
-        if entry is None or self.clock() - entry[1] >= FLOOR_SECONDS:
+        if entry is None or self.clock() - entry[1] >= FLOOR_SECONDS or not _first_come(queues):
             return None
         return entry[0]
 

@@ -155,12 +155,11 @@ def _pick(queues, db, avoid=(), limits=(), ending=0, floor: Place | None = None)
             # an equality it walked the all-queues index instead: all of it, for a queue with none ready).
             locked = locked.filter(queue__gte=_SERVED, queue__lte=_SERVED).order_by(
                 "queue", "-priority", "available_at", "id")
-        if floor is None:
-            fields = ("id", "priority", "available_at") if several else ("id",)
-            sql, params = _compiled(locked.select_for_update(skip_locked=True, no_key=True).values(*fields)[:1], db)
-        if several:
-            sql, params = _served_probe(sql, params)
+            sql, params = _served_probe(*_compiled(
+                locked.select_for_update(skip_locked=True, no_key=True).values("id", "priority", "available_at")[:1], db))
             sql, params = queries.PICK_FROM_QUEUES.format(probe=sql), [list(queues), *params]
+        else:
+            sql, params = _compiled(locked.select_for_update(skip_locked=True, no_key=True).values("id")[:1], db)
         if len(_pick_cache) > 64:
             _pick_cache.clear()
         _pick_cache[key] = (sql, params)
