@@ -7,6 +7,7 @@ transaction; the backend (backend.of()) does it. Every write under the claim is 
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -73,7 +74,8 @@ class Floors:
         """After a claim from `floor` (None: from the start) that took the items at `places`: the
         floor is the last of them. A claim from the start that took nothing leaves the floor where
         it was, looked past as of now (nothing was ready before it); one from the floor that took
-        nothing leaves it as it was: the claimer looks from the start next (claim(), claim_many())."""
+        nothing makes the claimer's next claim look from the start (claim() and claim_many() do at
+        once; after an ending's claim, it is the worker's next)."""
         key = self._key(db, queues)
         if not _first_come(queues):
             self._at.pop(key, None)
@@ -82,8 +84,8 @@ class Floors:
         if places:
             last = max(places, key=lambda place: (-place.priority, place.available_at, place.id))
             self._at[key] = (last, entry[1] if floor is not None and entry is not None else self.clock())
-        elif floor is None and entry is not None:
-            self._at[key] = (entry[0], self.clock())
+        elif entry is not None:
+            self._at[key] = (entry[0], self.clock() if floor is None else -math.inf)
 
 
 floors = Floors()
