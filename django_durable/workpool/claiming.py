@@ -111,11 +111,10 @@ class ClaimRequest:
 
 def claim(*, worker: str, queues: list[str] | None, db: str, avoid: tuple[int, ...] = ()) -> Claim | None:
     """Claim the next ready work item for `worker` (not one in `avoid`); return the Claim (with its run) or None."""
-    request, send = ClaimRequest(worker, queues, avoid), backend.of(db).claim
-    from_floor = floors.of(db, queues) is not None
-    result = claimed(db, request, send)
-    if result is None and from_floor:  # nothing from the floor: look from the start
-        result = claimed(db, request, send, from_start=True)
+    request, send, floor = ClaimRequest(worker, queues, avoid), backend.of(db).claim, floors.of(db, queues)
+    result = claimed(db, request, send, floor)
+    if result is None and floor is not None:  # nothing from the floor: look from the start
+        result = claimed(db, request, send, None)
     return result
 
 
@@ -158,14 +157,19 @@ def unclaim(claims: list[Claim]) -> int:
     return held
 
 
-def claimed(db: str, request: ClaimRequest | None, send, from_start: bool = False) -> Claim | None:
+_OWN_FLOOR = Place(0, "", 0)  # claimed()'s default: the claimer's floor, looked up
+
+
+def claimed(db: str, request: ClaimRequest | None, send, floor: Place | None = _OWN_FLOOR) -> Claim | None:
     """Call `send` with the ClaimParams of a claim for `request` (None: no claim asked for), from
-    the claimer's floor unless `from_start`; turn the Claimed it answers into a Claim."""
+    `floor` (None: from the start; by default the claimer's own); turn the Claimed it answers into
+    a Claim."""
     if request is None:
         send(None)
         return None
     token = uuid.uuid4()
-    floor = None if from_start else floors.of(db, request.queues)
+    if floor is _OWN_FLOOR:
+        floor = floors.of(db, request.queues)
     started = time.monotonic()
     row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid, floor))
     floors.moved(db, request.queues, floor, [row.place] if row is not None else [])
