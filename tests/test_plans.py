@@ -7,7 +7,9 @@ a part of the statement to the table it updates became a nested loop over a scan
 table, and stayed so while the table grew, until autovacuum's first ANALYZE: every finish walked
 every pending item. tests/harness/plans.py explains the generic plan of each statement of the
 golden file on a database of its own: never analyzed; 100,000 runs loaded and never analyzed;
-analyzed nearly empty and then loaded; and, for the statements of a converted database, the
+analyzed nearly empty and then loaded; loaded, every item ended while another session holds its
+snapshot, and analyzed again (the statistics count nothing pending in indexes of pending items that
+still hold every entry: a lookup of a run's pending branches walked one of them whole); and, for the statements of a converted database, the
 journal and the runs partitioned by time, then loaded. No statement may read the work-item, run or journal
 tables by a sequential scan, a sort of what it read, or a walk of a whole index.
 """

@@ -1,4 +1,5 @@
-"""An index added to a big table without holding off its writers (migrations 0022 and 0028).
+"""An index added to or removed from a big table without holding off its writers (migrations 0022,
+0028 and 0030).
 
 Django's migration loader passes over this module (its name starts with an underscore).
 """
@@ -38,4 +39,15 @@ def add_index(model_name: str, index) -> migrations.SeparateDatabaseAndState:
     return migrations.SeparateDatabaseAndState(
         state_operations=[migrations.AddIndex(model_name=model_name.lower(), index=index)],
         database_operations=[migrations.RunPython(create, drop)],
+    )
+
+
+def remove_index(model_name: str, index) -> migrations.SeparateDatabaseAndState:
+    """RemoveIndex, as add_index() adds one: on PostgreSQL DROP INDEX CONCURRENTLY, which waits for
+    the transactions using the index instead of blocking the table; rebuilt the same way backwards."""
+    added = add_index(model_name, index)
+    create, drop = added.database_operations[0].code, added.database_operations[0].reverse_code
+    return migrations.SeparateDatabaseAndState(
+        state_operations=[migrations.RemoveIndex(model_name=model_name.lower(), name=index.name)],
+        database_operations=[migrations.RunPython(drop, create)],
     )

@@ -19,6 +19,9 @@ _SAME_KEY = ' AND "running"."concurrency_key" = "durable_work_item"."concurrency
 
 # The status of ready items, as a constant in the SQL (WorkItemQuerySet.ready).
 _PENDING = RawSQL("'pending'", [])
+# And as a sub-select, whose value PostgreSQL's planner does not see: a lookup of a run's pending
+# rows by its id must not be planned as a walk of an index of pending items (queries.PENDING_UNSEEN).
+PENDING_UNSEEN = RawSQL("SELECT 'pending'", [])
 
 
 def _within(limit, ending, now: str) -> RawSQL:
@@ -249,14 +252,6 @@ class WorkItem(models.Model):
                 fields=["claim_expires_at"],
                 condition=Q(status="processing"),
                 name="durable_work_item_claimed",
-            ),
-            # A run's branches not started yet, cancelled when it ends or a group fails fast. Without
-            # it, a plan made while the table looked small walked the whole index of ready items
-            # instead (tests/test_plans.py). Only branch items are in it: a run's advance costs nothing.
-            models.Index(
-                fields=["run", "group"],
-                condition=Q(kind="step", status="pending"),
-                name="durable_work_item_branches",
             ),
         ]
 

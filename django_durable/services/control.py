@@ -16,6 +16,7 @@ from .. import clock, conf, ids, registry, serialization, workpool
 from ..workpool import endings, evidence, locking
 from ..exceptions import Cancelled, ForcedFailure, InvalidTransition, RunFinished, StepNotFound
 from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
+from ..models.pool import PENDING_UNSEEN
 from .locks import lock_run, lock_unfinished
 from ..workpool.runs import create_run, set_deadline
 from ..ids import run_pk
@@ -217,13 +218,13 @@ def wake(run_id, timer_id: int | None = None, *, by: str | None = None) -> int:
     with transaction.atomic(using=db):
         lock_unfinished(pk, db)
         now = clock.db_now()
-        timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
+        timers = Timer.objects.using(db).filter(run_id=pk, status=PENDING_UNSEEN)
         timers = timers.filter(pk=timer_id) if timer_id is not None else timers.filter(kind__in=WAKE_KINDS)
         rows = list(timers.values_list("id", "kind", "step_key"))
         branches = WorkItem.objects.none()
         if timer_id is None:  # branches waiting out a back-off
             branches = WorkItem.objects.using(db).filter(
-                run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING, available_at__gt=now
+                run_id=pk, kind=WorkItem.Kind.STEP, status=PENDING_UNSEEN, available_at__gt=now
             )
         fired = len(rows) + branches.update(available_at=now)
         if not fired:

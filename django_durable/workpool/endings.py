@@ -26,6 +26,7 @@ from django.db import transaction
 from .. import clock, conf, registry, serialization, signals
 from ..exceptions import Cancelled
 from ..models import Timer, WorkflowRun, WorkItem
+from ..models.pool import PENDING_UNSEEN
 from .wakeups import announce_end, notify, wake
 
 Status = WorkflowRun.Status
@@ -149,16 +150,18 @@ def send_end(ended: Ended) -> None:
                      error=serialization.decode(ended.error))
 
 
-def cancel_branches(pk, db: str) -> None:
-    """The run's parallel branches not started yet never start (in SQL: queries.UNNEEDED)."""
-    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.STEP, status=WorkItem.Status.PENDING).update(
-        status=WorkItem.Status.CANCELLED
-    )
+def cancel_branches(pk, db: str, group: str | None = None) -> None:
+    """The run's parallel branches not started yet (of parallel group `group`, if given) never
+    start (in SQL: queries.UNNEEDED)."""
+    branches = WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.STEP, status=PENDING_UNSEEN)
+    if group is not None:
+        branches = branches.filter(group=group)
+    branches.update(status=WorkItem.Status.CANCELLED)
 
 
 def cancel_timers(pk, db: str) -> None:
     """The run's pending timers never fire (in SQL: queries.QUIET)."""
-    timers = Timer.objects.using(db).filter(run_id=pk, status=Timer.Status.PENDING)
+    timers = Timer.objects.using(db).filter(run_id=pk, status=PENDING_UNSEEN)
     if conf.is_postgres(db):
         # A timer being fired holds its lock and waits for the item we hold: skip it, it can
         # only wake a finished run.

@@ -254,9 +254,7 @@ def finish_branch(claim: Claim, record: StepRecord, *, group: str, failed: bool,
         steps = Step.objects.using(claim.db).filter(run_id=claim.run_id, key=group)
         steps.update(remaining=F("remaining") - 1)
         if failed and fail_fast:
-            WorkItem.objects.using(claim.db).filter(
-                run_id=claim.run_id, kind=WorkItem.Kind.STEP, group=group, status=WorkItem.Status.PENDING
-            ).update(status=WorkItem.Status.CANCELLED)
+            endings.cancel_branches(claim.run_id, claim.db, group=group)
         if (failed and fail_fast) or steps.filter(remaining__lte=0).exists():
             wake([claim.run_id], db=claim.db)
     return True, None

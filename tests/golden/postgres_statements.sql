@@ -215,7 +215,7 @@ done AS (
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending')
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -229,7 +229,7 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
@@ -269,7 +269,7 @@ done AS (
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending')
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -283,7 +283,7 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -469,8 +469,7 @@ grp AS (
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
-                AND o.status = 'pending'
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending') AND o."group" = %s
     RETURNING 1
 ),
 woke AS (
@@ -554,8 +553,7 @@ grp AS (
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
-                AND o.status = 'pending'
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending') AND o."group" = %s
     RETURNING 1
 ),
 woke AS (
@@ -724,7 +722,7 @@ done AS (
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending')
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -738,7 +736,7 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -1097,7 +1095,7 @@ unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
     WHERE o.id = ANY(ARRAY(
         SELECT b.id FROM fence AS f, LATERAL (
-            SELECT x.id FROM durable_work_item AS x WHERE x.run_id = f.run_id AND x.kind = 'step' AND x.status = 'pending' OFFSET 0) AS b))
+            SELECT x.id FROM durable_work_item AS x WHERE x.run_id = f.run_id AND x.kind = 'step' AND x.status = (SELECT 'pending') OFFSET 0) AS b))
     RETURNING 1
 ),
 parent AS (
@@ -1111,7 +1109,7 @@ parent AS (
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
     WHERE id = ANY(ARRAY(
-        SELECT q.id FROM fence AS f, LATERAL (SELECT t.id FROM durable_timer AS t WHERE t.run_id = f.run_id AND t.status = 'pending' FOR UPDATE SKIP LOCKED) AS q))
+        SELECT q.id FROM fence AS f, LATERAL (SELECT t.id FROM durable_timer AS t WHERE t.run_id = f.run_id AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED) AS q))
     RETURNING 1
 )
 SELECT (SELECT json_agg(json_build_array(f.id, d.status)) FROM fence AS f LEFT JOIN done AS d ON d.id = f.run_id),

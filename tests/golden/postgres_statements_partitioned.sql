@@ -143,7 +143,7 @@ done AS (
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending')
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -157,7 +157,7 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
@@ -197,7 +197,7 @@ done AS (
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending')
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -211,7 +211,7 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending')) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -349,8 +349,7 @@ grp AS (
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
-                AND o.status = 'pending'
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending') AND o."group" = %s
     RETURNING 1
 ),
 woke AS (
@@ -410,8 +409,7 @@ grp AS (
 ),
 stopped AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o."group" = %s
-                AND o.status = 'pending'
+    WHERE %s AND o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending') AND o."group" = %s
     RETURNING 1
 ),
 woke AS (
@@ -532,7 +530,7 @@ done AS (
 -- Its branches not started yet will never be needed.
 unneeded AS (
     UPDATE durable_work_item AS o SET status = 'cancelled'
-    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = 'pending'
+    WHERE o.run_id = (SELECT run_id FROM fence) AND o.kind = 'step' AND o.status = (SELECT 'pending')
     RETURNING 1
 ),
 -- A child's end wakes its parent, which may be waiting for it.
@@ -546,7 +544,7 @@ parent AS (
 ),
 quiet AS (
     UPDATE durable_timer SET status = 'cancelled'
-    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = 'pending' FOR UPDATE SKIP LOCKED)
+    WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),

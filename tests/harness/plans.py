@@ -9,6 +9,10 @@ afresh and migrated. STATE is one of:
 - ``bulk-loaded``: 100,000 runs, their ready items and journal entries loaded, never analyzed;
 - ``analyzed-empty``: a few rows, ANALYZEd (statistics say the tables are nearly empty), and then
   the 100,000 loaded without another ANALYZE (the statistics are stale);
+- ``held-snapshot``: 100,000 runs loaded and analyzed, then every ready item ended while another
+  session holds its snapshot, and ANALYZEd again: the statistics say nothing is pending, while the
+  indexes of pending items still hold all 100,000 entries, which no VACUUM may remove (what an
+  autovacuum's ANALYZE leaves while a long transaction holds the cleanup horizon back);
 - ``partitioned``: the journal and the runs table partitioned by day (PartitionJournal,
   PartitionRuns), then the 100,000 loaded into the partition before the conversion, not analyzed
   since; its statements are those of tests/golden/postgres_statements_partitioned.sql.
@@ -37,7 +41,7 @@ TABLES = {"durable_work_item", "durable_workflow_run", "durable_step"}
 # Indexes whose rows are few by design, whatever the table holds: the claimed items (at most one per
 # worker slot), which a limited queue's claim counts.
 SMALL = {"durable_work_item_claimed"}
-STATES = ("never-analyzed", "bulk-loaded", "analyzed-empty", "partitioned")
+STATES = ("never-analyzed", "bulk-loaded", "analyzed-empty", "held-snapshot", "partitioned")
 GOLDEN = ROOT / "tests" / "golden" / "postgres_statements.sql"
 GOLDEN_PARTITIONED = ROOT / "tests" / "golden" / "postgres_statements_partitioned.sql"
 
@@ -155,32 +159,46 @@ def main() -> None:
         raise SystemExit(f"Not a state: {state!r}; use one of {', '.join(STATES)}.")
     golden = Path(sys.argv[3]) if len(sys.argv) > 3 else golden_of(state)
     url = fresh_database(server, f"plans_{state.replace('-', '_')}", partitioned=state == "partitioned")
-    report = {}
-    with psycopg.connect(url, autocommit=True) as connection:
+    # `holder` holds a snapshot in the held-snapshot state, until the plans are made.
+    with psycopg.connect(url, autocommit=True) as connection, psycopg.connect(url) as holder:
         if state in ("bulk-loaded", "partitioned"):
             load(connection, ROWS)
         elif state == "analyzed-empty":
             load(connection, 3)
             connection.execute("ANALYZE")
             load(connection, ROWS)
-        # As a worker's prepared statement: planned once for any parameters, and kept.
-        connection.execute("SET plan_cache_mode = force_generic_plan")
-        settings = []  # a SET LOCAL sent before a statement in its transaction holds while it is planned
-        for index, (name, count, sql) in enumerate(statements(golden)):
-            if sql.startswith("SET LOCAL "):
-                settings.append(sql.removeprefix("SET LOCAL ").split(" TO ")[0])
-                connection.execute(sql.replace("SET LOCAL ", "SET ", 1))
-                continue
-            connection.execute(f"PREPARE hot{index} AS {numbered(sql)}")
-            (plan,), = connection.execute(
-                f"EXPLAIN (FORMAT JSON) EXECUTE hot{index}({', '.join(['NULL'] * count)})").fetchall()
-            report[name] = offenders(plan[0]["Plan"])
-            connection.execute(f"DEALLOCATE hot{index}")
-            for setting in settings:
-                connection.execute(f"RESET {setting}")
-            settings.clear()
+        elif state == "held-snapshot":
+            load(connection, ROWS)
+            connection.execute("ANALYZE")
+            holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM durable_work_item")
+            connection.execute("UPDATE durable_work_item SET status = 'completed' WHERE status = 'pending'")
+            connection.execute("ANALYZE")
+        report = plan_all(connection, golden)
     drop_database(server, f"plans_{state.replace('-', '_')}")
     print(json.dumps({"state": state, "statements": report}))
+
+
+def plan_all(connection, golden: Path) -> dict[str, list[str]]:
+    """offenders() of the generic plan of each statement of `golden`, by name."""
+    report = {}
+    # As a worker's prepared statement: planned once for any parameters, and kept.
+    connection.execute("SET plan_cache_mode = force_generic_plan")
+    settings = []  # a SET LOCAL sent before a statement in its transaction holds while it is planned
+    for index, (name, count, sql) in enumerate(statements(golden)):
+        if sql.startswith("SET LOCAL "):
+            settings.append(sql.removeprefix("SET LOCAL ").split(" TO ")[0])
+            connection.execute(sql.replace("SET LOCAL ", "SET ", 1))
+            continue
+        connection.execute(f"PREPARE hot{index} AS {numbered(sql)}")
+        (plan,), = connection.execute(
+            f"EXPLAIN (FORMAT JSON) EXECUTE hot{index}({', '.join(['NULL'] * count)})").fetchall()
+        report[name] = offenders(plan[0]["Plan"])
+        connection.execute(f"DEALLOCATE hot{index}")
+        for setting in settings:
+            connection.execute(f"RESET {setting}")
+        settings.clear()
+    return report
 
 
 def drop_database(server: str, name: str) -> None:
