@@ -62,3 +62,22 @@ def test_a_heartbeat_that_finds_its_claim_taken_says_so(caplog):
         maintenance._beat(claim, now)
     assert claim.lost
     assert [r for r in caplog.records if "lost its claim" in r.getMessage()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_ended_by_its_own_end_is_told_from_one_taken_back():
+    """ended_unclaimed(), which a worker asks after a hand-back found its claim gone: true after its
+    own end committed (the answer may have been lost), false once the reaper took the claim back,
+    and false once another worker holds the item."""
+    durable.start("tests.three_steps", x=1)
+    claim = workpool.claim(worker="w1", queues=None, db="default")
+    assert not workpool.ended_unclaimed(claim)  # still held
+    assert workpool.release(claim, run_status="pending")
+    assert workpool.ended_unclaimed(claim)
+
+    again = workpool.claim(worker="w1", queues=None, db="default")
+    WorkItem.objects.filter(id=again.item_id).update(claim_expires_at="2000-01-01T00:00:00Z")
+    assert workpool.reap(db="default") == 1  # its lease ran out: taken back, delivery kept
+    assert not workpool.ended_unclaimed(again)
+    other = workpool.claim(worker="w2", queues=None, db="default")
+    assert other.item_id == again.item_id and not workpool.ended_unclaimed(again)

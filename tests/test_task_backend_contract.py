@@ -375,7 +375,8 @@ def test_several_workers_run_each_task_once(start_worker):
 @pytest.mark.timeout(120)
 def test_a_reply_lost_after_the_end_committed_leaves_the_task_successful_and_run_once(start_worker, tmp_path):
     """The statement that ends the task commits, then the worker sees an error instead of its reply
-    (fault after_terminal_commit): it does not run the task again, and goes on with the next."""
+    (fault after_terminal_commit): it does not run the task again, does not report its claim lost
+    (no other worker took it), and goes on with the next."""
     key, after = str(uuid.uuid4()), str(uuid.uuid4())
     result = test_tasks.record.enqueue(key)
     worker = start_worker(faults=f"after_terminal_commit=once:{tmp_path / 'lost'}+raise")
@@ -384,6 +385,8 @@ def test_a_reply_lost_after_the_end_committed_leaves_the_task_successful_and_run
     assert (tmp_path / "lost").exists()  # the fault fired
     assert default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
     assert ledger.count(key, "ran") == 1 and ledger.count(after, "ran") == 1
+    # Its end committed: no claim was lost, whatever the error said.
+    assert "lost its claim" not in worker.log() and "already ended" in worker.log(), worker.log()
     assert_settled()
 
 

@@ -347,15 +347,20 @@ class Worker:
         """
         while self._unreleased:
             claim = self._unreleased[0]
+            what = f"branch {claim.step_key!r} of run {claim.run_id}" if claim.kind == WorkItem.Kind.STEP \
+                else f"run {claim.run_id}"
             try:
                 held = workpool.release(claim, run_status=WorkflowRun.Status.PENDING)
+                ended = not held and workpool.ended_unclaimed(claim)
             except DB_ERRORS:
                 close_connection(self.db)
                 raise
             if held:
-                logger.info("Worker %s handed %s back; it goes on from its last checkpoint.", self.name,
-                            f"branch {claim.step_key!r} of run {claim.run_id}" if claim.kind == WorkItem.Kind.STEP
-                            else f"run {claim.run_id}")
+                logger.info("Worker %s handed %s back; it goes on from its last checkpoint.", self.name, what)
+            elif ended:
+                # No one took it: its end committed before the error that hid the answer.
+                logger.info("Worker %s found %s already ended (its end committed before the database's "
+                            "answer was lost, or an operator ended it); nothing to hand back.", self.name, what)
             else:
                 report_lost(claim, self.name, "abandoned it")
             self._unreleased.pop(0)

@@ -175,6 +175,14 @@ def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: lis
     return bool(held)
 
 
+def ended_unclaimed(claim: Claim) -> bool:
+    """Whether `claim`'s item has been ended, and not claimed since, by a write other than the
+    reaper's (which keeps the delivery count that an end resets): what a worker finds when its own
+    end committed but the database's answer never came (a connection cut after COMMIT, a failover),
+    or when an operator ended the item. Read after a release that found the claim gone."""
+    return WorkItem.objects.using(claim.db).filter(pk=claim.item_id, claim_token__isnull=True, attempts=0).exists()
+
+
 def finish_branch(claim: Claim, record: StepRecord, *, failed: bool, fail_fast: bool,
                   then: ClaimRequest | None = None) -> bool:
     """Record a branch's outcome and count it off its group (waking the run when it is done); fenced."""
