@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 import django_durable as durable
-from django_durable import workpool
+from django_durable import services, workpool
 from django_durable.models import WorkItem
 from django_durable.worker.maintenance import Maintenance
 from tests import harness
@@ -66,18 +66,24 @@ def test_a_heartbeat_that_finds_its_claim_taken_says_so(caplog):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_ended_by_its_own_end_is_told_from_one_taken_back():
-    """ended_unclaimed(), which a worker asks after a hand-back found its claim gone: true after its
-    own end committed (the answer may have been lost), false once the reaper took the claim back,
-    and false once another worker holds the item."""
+    """ended_by_itself(), which a worker asks after a hand-back found its claim gone: true after its
+    own end committed (the answer may have been lost); false while another claim holds the item,
+    and false once the reaper or an operator took it, even after another worker ended it."""
     durable.start("tests.three_steps", x=1)
     claim = workpool.claim(worker="w1", queues=None, db="default")
-    assert not workpool.ended_unclaimed(claim)  # still held
+    assert not workpool.ended_by_itself(claim)  # still held
     assert workpool.release(claim, run_status="pending")
-    assert workpool.ended_unclaimed(claim)
+    assert workpool.ended_by_itself(claim)
 
     again = workpool.claim(worker="w1", queues=None, db="default")
     WorkItem.objects.filter(id=again.item_id).update(claim_expires_at="2000-01-01T00:00:00Z")
-    assert workpool.reap(db="default") == 1  # its lease ran out: taken back, delivery kept
-    assert not workpool.ended_unclaimed(again)
+    assert workpool.reap(db="default") == 1  # its lease ran out: taken back
+    assert not workpool.ended_by_itself(again)
     other = workpool.claim(worker="w2", queues=None, db="default")
-    assert other.item_id == again.item_id and not workpool.ended_unclaimed(again)
+    assert other.item_id == again.item_id and not workpool.ended_by_itself(again)
+    assert workpool.release(other, run_status="pending")  # w2 ends what it took from w1
+    assert workpool.ended_by_itself(other) and not workpool.ended_by_itself(again)
+
+    third = workpool.claim(worker="w3", queues=None, db="default")
+    assert services.release_claim(third.item_id, by="alice")  # an operator takes it back
+    assert not workpool.ended_by_itself(third)

@@ -351,7 +351,7 @@ class Worker:
                 else f"run {claim.run_id}"
             try:
                 held = workpool.release(claim, run_status=WorkflowRun.Status.PENDING)
-                ended = not held and workpool.ended_unclaimed(claim)
+                ended = not held and workpool.ended_by_itself(claim)
             except DB_ERRORS:
                 close_connection(self.db)
                 raise
@@ -359,8 +359,8 @@ class Worker:
                 logger.info("Worker %s handed %s back; it goes on from its last checkpoint.", self.name, what)
             elif ended:
                 # No one took it: its end committed before the error that hid the answer.
-                logger.info("Worker %s found %s already ended (its end committed before the database's "
-                            "answer was lost, or an operator ended it); nothing to hand back.", self.name, what)
+                logger.info("Worker %s found %s already ended by its own end, whose answer was lost; "
+                            "nothing to hand back.", self.name, what)
             else:
                 report_lost(claim, self.name, "abandoned it")
             self._unreleased.pop(0)

@@ -30,7 +30,7 @@ from .claims import (
     Outcome,
     check_cancel,
     defer_missing,
-    ended_unclaimed,
+    ended_by_itself,
     finish_branch,
     finish_run,
     finish_runs,
@@ -62,7 +62,7 @@ from .wakeups import (
 
 __all__ = [
     "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
-    "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_unclaimed", "finish_branch", "finish_run",
+    "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_by_itself", "finish_branch", "finish_run",
     "finish_runs", "fire_timers",
     "held_back", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",

@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from .. import clock, conf, faults
 from ..interrupts import LeaseLost
 from ..journal import StepRecord
-from ..models import Step, Timer, WorkflowRun, WorkItem
+from ..models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from . import backend, endings, evidence, locking
 from .claiming import ClaimRequest, claimed
 from .holds import Claim, Ending
@@ -175,12 +175,19 @@ def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: lis
     return bool(held)
 
 
-def ended_unclaimed(claim: Claim) -> bool:
-    """Whether `claim`'s item has been ended, and not claimed since, by a write other than the
-    reaper's (which keeps the delivery count that an end resets): what a worker finds when its own
-    end committed but the database's answer never came (a connection cut after COMMIT, a failover),
-    or when an operator ended the item. Read after a release that found the claim gone."""
-    return WorkItem.objects.using(claim.db).filter(pk=claim.item_id, claim_token__isnull=True, attempts=0).exists()
+def ended_by_itself(claim: Claim) -> bool:
+    """Whether `claim`'s item is held by no claim and nothing took it from this worker since it was
+    claimed: neither the reaper (a lapsed lease, a worker declared dead) nor an operator, each of
+    which records that on the run (WORKER_LOST, CLAIM_RELEASED). What a worker finds when its own
+    end committed but the database's answer never came (a connection cut after COMMIT, a
+    failover). Read after a hand-back that found the claim gone."""
+    if WorkItem.objects.using(claim.db).filter(pk=claim.item_id, claim_token__isnull=False).exists():
+        return False
+    taken = WorkflowEvent.objects.using(claim.db).filter(
+        run_id=claim.run_id, type__in=(WorkflowEvent.Type.WORKER_LOST, WorkflowEvent.Type.CLAIM_RELEASED))
+    if claim.db_time is not None:
+        taken = taken.filter(at__gte=claim.db_time)
+    return not taken.exists()
 
 
 def finish_branch(claim: Claim, record: StepRecord, *, failed: bool, fail_fast: bool,
