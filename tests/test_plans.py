@@ -10,8 +10,8 @@ golden file on a database of its own: never analyzed; 100,000 runs loaded and ne
 analyzed nearly empty and then loaded; loaded, every item ended while another session holds its
 snapshot, and analyzed again (the statistics count nothing pending in indexes of pending items that
 still hold every entry: a lookup of a run's pending branches walked one of them whole); and, for the statements of a converted database, the
-journal and the runs partitioned by time, then loaded. No statement may read the work-item, run or journal
-tables by a sequential scan, a sort of what it read, or a walk of a whole index.
+journal and the runs partitioned by time, then loaded. No statement may read the work-item, run, journal or
+timer tables by a sequential scan, a sort of what it read, or a walk of a whole index.
 """
 
 from __future__ import annotations

@@ -397,7 +397,8 @@ SELECT (SELECT count(*) FROM written),
 
 # Mark consumed the signals and events the entries take, (id, key) rows, only if the fence held;
 # the timeouts of the waits they answer never fire (SKIP LOCKED, as QUIET: a timeout being fired
-# right now can only wake the run, which finds its wait answered). The ORM's is sqlite._consume.
+# right now can only wake the run, which finds its wait answered); each found by its run's id
+# (PENDING_UNSEEN says why). The ORM's is sqlite._consume.
 CONSUMED = """,
 consumed AS (
     UPDATE durable_signal AS m SET consumed_at = {now}, consumed_by = c.key
@@ -406,12 +407,13 @@ consumed AS (
     RETURNING m.run_id, c.key
 ),
 answered AS (
-    UPDATE durable_timer SET status = 'cancelled'
-    WHERE id = ANY(ARRAY(
+    UPDATE durable_timer AS u SET status = 'cancelled'
+    FROM consumed AS c, LATERAL (
         SELECT t.id FROM durable_timer AS t
-        WHERE t.run_id = ANY(ARRAY(SELECT run_id FROM consumed)) AND t.step_key = ANY(ARRAY(SELECT key FROM consumed))
-          AND t.kind = 'signal_timeout' AND t.status = 'pending'
-        FOR UPDATE SKIP LOCKED))
+        WHERE t.run_id = c.run_id AND t.step_key = c.key AND t.kind = 'signal_timeout'
+          AND t.status = """ + PENDING_UNSEEN + """
+        FOR UPDATE SKIP LOCKED) AS q
+    WHERE u.id = q.id
     RETURNING 1
 )"""
 

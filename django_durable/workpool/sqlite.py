@@ -20,6 +20,7 @@ from .. import clock
 from .. import queues as durable_queues
 from ..journal import STEP_COLUMNS, UPSERT
 from ..models import QueueState, SignalMessage, Step, Timer, WorkflowRun, WorkItem
+from ..models.pool import PENDING_UNSEEN
 from . import endings
 from .leases import lease_expiry
 from .rows import Child, ClaimParams, Claimed, Entry, Message, Place, RunState
@@ -187,7 +188,7 @@ def _consume(claim, records) -> None:
                     consumed_at=clock.db_now(), consumed_by=record.key):
                 Timer.objects.using(claim.db).filter(
                     run_id=claim.run_id, step_key=record.key, kind=Timer.Kind.SIGNAL_TIMEOUT,
-                    status=Timer.Status.PENDING).update(status=Timer.Status.CANCELLED)
+                    status=PENDING_UNSEEN).update(status=Timer.Status.CANCELLED)
 
 
 def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:

@@ -90,12 +90,13 @@ consumed AS (
     RETURNING m.run_id, c.key
 ),
 answered AS (
-    UPDATE durable_timer SET status = 'cancelled'
-    WHERE id = ANY(ARRAY(
+    UPDATE durable_timer AS u SET status = 'cancelled'
+    FROM consumed AS c, LATERAL (
         SELECT t.id FROM durable_timer AS t
-        WHERE t.run_id = ANY(ARRAY(SELECT run_id FROM consumed)) AND t.step_key = ANY(ARRAY(SELECT key FROM consumed))
-          AND t.kind = 'signal_timeout' AND t.status = 'pending'
-        FOR UPDATE SKIP LOCKED))
+        WHERE t.run_id = c.run_id AND t.step_key = c.key AND t.kind = 'signal_timeout'
+          AND t.status = (SELECT 'pending')
+        FOR UPDATE SKIP LOCKED) AS q
+    WHERE u.id = q.id
     RETURNING 1
 ),
 written AS (

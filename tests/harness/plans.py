@@ -19,7 +19,7 @@ afresh and migrated. STATE is one of:
 
 Each statement of GOLDEN (the state's golden file by default) is prepared and its generic plan
 explained, as a worker's prepared statement is planned once and kept. The report names, for each
-statement, every node that reads the work-item, run or journal tables in a way whose cost grows
+statement, every node that reads the work-item, run, journal or timer tables in a way whose cost grows
 with the table: a sequential scan, a sort of what such a scan read, or an index scan with no index
 condition (a walk of the whole index), other than the claim's ordered walk to the first ready item
 under its LIMIT and the count of claimed items a limited queue's claim makes.
@@ -37,7 +37,7 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
-TABLES = {"durable_work_item", "durable_workflow_run", "durable_step"}
+TABLES = {"durable_work_item", "durable_workflow_run", "durable_step", "durable_timer"}
 # Indexes whose rows are few by design, whatever the table holds: the claimed items (at most one per
 # worker slot), which a limited queue's claim counts.
 SMALL = {"durable_work_item_claimed"}
@@ -90,8 +90,8 @@ def fresh_database(server: str, name: str, partitioned: bool = False) -> str:
 
 
 def load(connection, rows: int) -> None:
-    """`rows` more runs, each with its ready advance item and two journal entries: runs made a day
-    ago (on a converted database, before the conversion: in the partition before, as the runs a
+    """`rows` more runs, each with its ready advance item, two journal entries and a pending timer
+    (a signal's timeout, a day ahead): runs made a day ago (on a converted database, before the conversion: in the partition before, as the runs a
     project has when it converts)."""
     connection.execute(f"""
         WITH run AS (
@@ -107,10 +107,16 @@ def load(connection, rows: int) -> None:
             INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority,
                                            concurrency_key, status, available_at, attempts, wake, claimed_by, last_error)
             SELECT 'advance', id, '', '', '', 'default', 0, '', 'pending', now(), 0, false, '', '' FROM run
+            RETURNING 1
+        ),
+        step AS (
+            INSERT INTO durable_step (run_id, key, seq, kind, name, status, attempts, run_created_at)
+            SELECT run.id, 's' || n, n, 'step', 'f', 'completed', 1, '1970-01-01'
+            FROM run, generate_series(1, 2) AS n
+            RETURNING 1
         )
-        INSERT INTO durable_step (run_id, key, seq, kind, name, status, attempts, run_created_at)
-        SELECT run.id, 's' || n, n, 'step', 'f', 'completed', 1, '1970-01-01'
-        FROM run, generate_series(1, 2) AS n""")
+        INSERT INTO durable_timer (kind, run_id, step_key, fire_at, status)
+        SELECT 'signal_timeout', id, 's3', now() + interval '1 day', 'pending' FROM run""")
 
 
 def offenders(plan: dict, under_limit: bool = False) -> list[str]:
