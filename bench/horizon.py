@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "peers"))
 
-from rounds import SYSTEMS, run_one  # noqa: E402
+from rounds import SYSTEMS, run_one, stop_on_sigterm  # noqa: E402
 
 MIX = "django-durable-mix"  # tasks, and every tenth job a ten-step workflow
 
@@ -112,6 +112,7 @@ def table(system: str, result: dict) -> str:
 def main() -> None:
     import os
 
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--hold-at", type=float, default=2, help="the minute the snapshot is taken")

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -96,15 +98,29 @@ def run_one(system, workload: str, base: str, size: int, processes: int, no_anal
         env["PYTHONPATH"] = str(root[0])
     command = [str(python), str((root[0] / "bench/peers" if root else HERE) / driver), "--url", url, "--workload", workload, "--jobs", str(size),
                "--processes", str(processes), *extra, *(["--no-analyze"] if no_analyze else [])]
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise SystemExit(f"{name} {workload} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # In a process group of its own, ended whole if this harness stops (a time limit, Ctrl-C, a
+    # SIGTERM: see stop_on_sigterm()), so that the driver's worker processes do not outlive it.
+    driver_process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True)
+    try:
+        stdout, stderr = driver_process.communicate(timeout=1800)
+    finally:
+        if driver_process.poll() is None:
+            os.killpg(driver_process.pid, signal.SIGKILL)
+            driver_process.wait()
+    if driver_process.returncode != 0:
+        raise SystemExit(f"{name} {workload} failed:\n{stdout[-2000:]}\n{stderr[-4000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends this harness as Ctrl-C does, through its `finally` blocks (run_one's ends the
+    driver's process group), instead of leaving the driver and its workers running."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def main() -> None:
-    import os
-
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workloads", default="w5,w5-fresh,w2,w1,w3")
