@@ -271,7 +271,7 @@ QUIET = """
 # plan a walk of a whole index of pending items instead (its predicate is that status), and does
 # once an ANALYZE made while a snapshot was held counted nothing pending in an index that still holds
 # every entry the snapshot keeps: hundreds of thousands at every end (tests/harness/plans.py,
-# held-snapshot). The ORM's twin is models.base.unseen().
+# held-snapshot). The ORM's twin is models.pool.PENDING_UNSEEN.
 PENDING_UNSEEN = "(SELECT 'pending')"
 
 
