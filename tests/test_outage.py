@@ -68,7 +68,8 @@ def test_a_heartbeat_that_finds_its_claim_taken_says_so(caplog):
 def test_a_claim_ended_by_its_own_end_is_told_from_one_taken_back():
     """ended_by_itself(), which a worker asks after a hand-back found its claim gone: true after its
     own end committed (the answer may have been lost); false while another claim holds the item,
-    and false once the reaper or an operator took it, even after another worker ended it."""
+    and false once the reaper or an operator took it (released, or forced the run to fail), even
+    after another worker ended it."""
     durable.start("tests.three_steps", x=1)
     claim = workpool.claim(worker="w1", queues=None, db="default")
     assert not workpool.ended_by_itself(claim)  # still held
@@ -87,3 +88,19 @@ def test_a_claim_ended_by_its_own_end_is_told_from_one_taken_back():
     third = workpool.claim(worker="w3", queues=None, db="default")
     assert services.release_claim(third.item_id, by="alice")  # an operator takes it back
     assert not workpool.ended_by_itself(third)
+    fourth = workpool.claim(worker="w4", queues=None, db="default")
+    services.force_fail(fourth.run_id, "stop", by="alice")  # an operator ends it under the worker
+    assert not workpool.ended_by_itself(fourth)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_whose_run_failed_for_good_under_the_reaper_was_not_ended_by_itself(settings):
+    """The reaper fails a run out of deliveries (no WORKER_LOST event for that delivery): the item
+    keeps its delivery count, so the worker that held it is told its claim was lost."""
+    settings.DURABLE_MAX_DELIVERIES = 1
+    durable.start("tests.three_steps", x=1)
+    claim = workpool.claim(worker="w1", queues=None, db="default")
+    WorkItem.objects.filter(id=claim.item_id).update(claim_expires_at="2000-01-01T00:00:00Z")
+    assert workpool.reap(db="default") == 1
+    assert WorkItem.objects.get(id=claim.item_id).status == WorkItem.Status.FAILED
+    assert not workpool.ended_by_itself(claim)

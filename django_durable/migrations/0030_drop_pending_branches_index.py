@@ -1,5 +1,5 @@
 """The index of the branches not started yet goes: the reads that cancel a run's branches no longer
-name their status in a way the planner can match to an index's predicate (queries.PENDING_UNSEEN
+name their status in a way the planner can match to an index's predicate (models.pool.PENDING_UNSEEN
 says why), so none used it, and every branch item paid for it. They read a run's items through the
 index of its id.
 

@@ -175,6 +175,10 @@ class WorkflowEvent(models.Model):
         APPROVED = "approved", "Approved"
         REJECTED = "rejected", "Rejected"
 
+    # The events recorded when something other than its holder takes a run's item from a worker:
+    # the reaper (a lapsed lease, a worker declared dead), an operator's release, a forced failure.
+    TAKES_CLAIM = (Type.WORKER_LOST, Type.CLAIM_RELEASED, Type.FORCE_FAILED)
+
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(db_default=Now())
     type = models.CharField(max_length=30, choices=Type.choices)

@@ -19,8 +19,12 @@ _SAME_KEY = ' AND "running"."concurrency_key" = "durable_work_item"."concurrency
 
 # The status of ready items, as a constant in the SQL (WorkItemQuerySet.ready).
 _PENDING = RawSQL("'pending'", [])
-# And as a sub-select, whose value PostgreSQL's planner does not see: a lookup of a run's pending
-# rows by its id must not be planned as a walk of an index of pending items (queries.PENDING_UNSEEN).
+# And as a sub-select, whose value PostgreSQL's planner does not see, for the lookups of a run's own
+# pending rows by its id (the ORM's and, in SQL, workpool.queries'). With `status = 'pending'` the
+# planner may walk a whole index of pending items instead (its predicate is that status), and does
+# once an ANALYZE made while a snapshot was held counted nothing pending in an index that still holds
+# every entry the snapshot keeps: hundreds of thousands at every end (tests/harness/plans.py,
+# held-snapshot).
 PENDING_UNSEEN = RawSQL("SELECT 'pending'", [])
 
 

@@ -176,15 +176,15 @@ def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: lis
 
 
 def ended_by_itself(claim: Claim) -> bool:
-    """Whether `claim`'s item is held by no claim and nothing took it from this worker since it was
-    claimed: neither the reaper (a lapsed lease, a worker declared dead) nor an operator, each of
-    which records that on the run (WORKER_LOST, CLAIM_RELEASED). What a worker finds when its own
-    end committed but the database's answer never came (a connection cut after COMMIT, a
-    failover). Read after a hand-back that found the claim gone."""
-    if WorkItem.objects.using(claim.db).filter(pk=claim.item_id, claim_token__isnull=False).exists():
+    """Whether `claim`'s item was ended by the claim's own end: what a worker finds when that end
+    committed but the database's answer never came (a connection cut after COMMIT, a failover).
+    Read after a hand-back that found the claim gone. The item is held by no claim and its delivery
+    count is reset (an end does that; the reaper's taking back and its failing a run for good keep
+    it), and nothing took the item from this worker since the claim began (WorkflowEvent.TAKES_CLAIM:
+    a reaped item ended later by another worker is reset too)."""
+    if not WorkItem.objects.using(claim.db).filter(pk=claim.item_id, claim_token__isnull=True, attempts=0).exists():
         return False
-    taken = WorkflowEvent.objects.using(claim.db).filter(
-        run_id=claim.run_id, type__in=(WorkflowEvent.Type.WORKER_LOST, WorkflowEvent.Type.CLAIM_RELEASED))
+    taken = WorkflowEvent.objects.using(claim.db).filter(run_id=claim.run_id, type__in=WorkflowEvent.TAKES_CLAIM)
     if claim.db_time is not None:
         taken = taken.filter(at__gte=claim.db_time)
     return not taken.exists()

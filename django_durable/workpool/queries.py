@@ -39,7 +39,7 @@ prepared statement kept that plan while the table grew: every finish walked ever
 (tests/test_plans.py explains each statement's plan in those states).
 """
 
-from ..models import WorkflowRun, WorkItem
+from ..models import WorkflowRun, WorkItem, pool
 
 
 def _set(columns: tuple[str, ...], values: dict[str, str]) -> str:
@@ -266,13 +266,9 @@ QUIET = """
 """
 
 
-# A run's own rows are found through the index of its id, their status compared with PENDING_UNSEEN:
-# 'pending' as a sub-select, whose value the planner does not see. With `status = 'pending'`, it may
-# plan a walk of a whole index of pending items instead (its predicate is that status), and does
-# once an ANALYZE made while a snapshot was held counted nothing pending in an index that still holds
-# every entry the snapshot keeps: hundreds of thousands at every end (tests/harness/plans.py,
-# held-snapshot). The ORM's twin is models.pool.PENDING_UNSEEN.
-PENDING_UNSEEN = "(SELECT 'pending')"
+# A run's own rows are found through the index of its id, their status compared with 'pending' as
+# a sub-select (models.pool.PENDING_UNSEEN says why).
+PENDING_UNSEEN = f"({pool.PENDING_UNSEEN.sql})"
 
 
 def unneeded_branches(alias: str, run: str) -> str:
