@@ -547,7 +547,8 @@ FROM (SELECT 1) AS one LEFT JOIN ({claim_select}) AS nxt ON true"""
 # time started by another worker): its item is then not inserted either, as only the runs
 # inserted are returned. {notify} wakes idle workers. The timestamps of the runs and items come
 # from the columns' defaults (the database's clock), but an item's `available_at` from {now}, so
-# that a frozen test clock sees it ready. Answers how many runs, and the (last) run's timestamps.
+# that a frozen test clock sees it ready. Answers how many runs, and the (last) run's created_at
+# (its updated_at too: both are the transaction's now()).
 START = """
 WITH {turn}run AS (
     INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
@@ -563,7 +564,7 @@ item AS (
     FROM run{turns}
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at){notify} FROM run"""
+SELECT count(*), max(created_at){notify} FROM run"""
 
 # In a fair queue (fairness.py), {turn} is FAIR_TURN and the item's turn is its `available_at`
 # (START_TURN); many runs' turns, taken before, are given as two arrays, run ids and their turns

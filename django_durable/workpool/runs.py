@@ -22,6 +22,7 @@ from .. import clock, conf, partitioning, queues, serialization, telemetry
 from ..databases import refuse_other_transaction
 from ..exceptions import SubjectBusy
 from ..models import Timer, WorkflowRun, WorkItem, uuid7
+from ..models.base import unsaved
 from . import fairness, postgres, queries, statements
 from .wakeups import notify
 
@@ -48,7 +49,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
     db = conf.get("DATABASE")
     refuse_other_transaction(db, f"A run of {definition.name!r} was started")
     due = run_at is not None and run_at <= clock.now()
-    run = WorkflowRun(
+    run = unsaved(
+        WorkflowRun,
         id=pk,
         workflow=definition.name,
         input=text,
@@ -61,10 +63,8 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
         detached=detached,
         scheduled_at=run_at,
         waiting_on=f"starts at {run_at:%Y-%m-%d %H:%M:%S %Z}" if run_at is not None and not due else "",
-        **_subject_fields(definition, subject),
+        **_subject_fields(definition, subject, lock),
     )
-    if lock is not None:
-        run.subject_lock = lock
     if run_id is None and idempotency_key is None and run_at is None and parent_id is None \
             and definition.timeout is None and subject is None and lock is None and conf.is_postgres(db):
         return _insert_at_once(run, db)
@@ -146,15 +146,17 @@ def subject_key(subject, what: str = "subject"):
     return ContentType.objects.get_for_model(subject), str(subject.pk)
 
 
-def _subject_fields(definition, subject) -> dict:
-    """The run's subject columns for `subject` (a saved model instance, or None)."""
+def _subject_fields(definition, subject, lock: str | None = None) -> dict:
+    """The run's subject columns for `subject` (a saved model instance, or None), and its lock:
+    `lock` if given (a singleton's), else the subject's for a one_at_a_time workflow."""
+    fields = {} if lock is None else {"subject_lock": lock}
     if subject is None:
-        return {}
+        return fields
     content_type, pk = subject_key(subject)
     return {
         # The id, not the instance: the content type may be on another database (no relation there).
         "subject_type_id": content_type.pk, "subject_id": pk, "subject_label": str(subject)[:200],
-        "subject_lock": f"{content_type.pk}:{pk}" if definition.one_at_a_time else None,
+        "subject_lock": f"{content_type.pk}:{pk}" if definition.one_at_a_time else None, **fields,
     }
 
 
@@ -176,8 +178,9 @@ def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     weight = fairness.weight(run.queue, run.concurrency_key)
     if weight is not None:
         params = [run.queue, run.concurrency_key, 1, weight, run.queue, *params]
-    _, run.created_at, run.updated_at = _insert(db, queries.START_ONE, params, notify=queries.START_NOTIFY_IF_IDLE,
-                                                turns=None if weight is None else "one")
+    _, run.created_at = _insert(db, queries.START_ONE, params, notify=queries.START_NOTIFY_IF_IDLE,
+                                turns=None if weight is None else "one")
+    run.updated_at = run.created_at
     run._state.adding, run._state.db = False, db
     return run
 
@@ -185,7 +188,7 @@ def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
 def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str | None = None,
             skip_existing: bool = False, turns: str | None = None) -> tuple:
     """queries.START with `runs` as its rows and `notify` (a START_NOTIFY, or "") as its wake-up;
-    (how many runs, the last one's created_at, updated_at). `turns`: "one", the run's turn in a fair
+    (how many runs, the last one's created_at). `turns`: "one", the run's turn in a fair
     queue taken by the statement (FAIR_TURN's parameters first), or "many", the runs' turns taken
     before (two arrays last: run ids and their turns); None, every run ready now."""
     parts = postgres.run_parts()
@@ -204,7 +207,7 @@ def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str
         if len(_start_sql) > 64:
             _start_sql.clear()
         _start_sql[key] = sql
-    return statements.execute(db, sql, params)[0][:3]
+    return statements.execute(db, sql, params)[0][:2]
 
 
 # queries.START filled in, by its parts (runs._insert's key): the same few shapes at every start.

@@ -807,7 +807,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at),
+SELECT count(*), max(created_at),
        (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
             SELECT 1 FROM durable_work_item AS w
             WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
@@ -833,7 +833,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+SELECT count(*), max(created_at), pg_notify('durable_work', '') FROM run;
 
 -- name: start a schedule's fire times, each once (9 parameters)
 WITH run AS (
@@ -857,7 +857,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at) FROM run;
+SELECT count(*), max(created_at) FROM run;
 
 -- name: start a run in a fair queue (12 parameters)
 WITH fair AS (
@@ -893,7 +893,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at),
+SELECT count(*), max(created_at),
        (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
             SELECT 1 FROM durable_work_item AS w
             WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
@@ -941,7 +941,7 @@ item AS (
     FROM run LEFT JOIN unnest(%s::uuid[], %s::timestamptz[]) AS f (id, turn) ON f.id = run.id
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+SELECT count(*), max(created_at), pg_notify('durable_work', '') FROM run;
 
 -- name: claim several items (a batch), statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;

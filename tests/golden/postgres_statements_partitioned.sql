@@ -591,7 +591,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at),
+SELECT count(*), max(created_at),
        (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
             SELECT 1 FROM durable_work_item AS w
             WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
@@ -617,7 +617,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+SELECT count(*), max(created_at), pg_notify('durable_work', '') FROM run;
 
 -- name: start a schedule's fire times, each once (9 parameters)
 WITH run AS (
@@ -641,7 +641,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at) FROM run;
+SELECT count(*), max(created_at) FROM run;
 
 -- name: start a run in a fair queue (13 parameters)
 WITH fair AS (
@@ -677,7 +677,7 @@ item AS (
     FROM run
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at),
+SELECT count(*), max(created_at),
        (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
             SELECT 1 FROM durable_work_item AS w
             WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
@@ -725,7 +725,7 @@ item AS (
     FROM run LEFT JOIN unnest(%s::uuid[], %s::timestamptz[]) AS f (id, turn) ON f.id = run.id
     RETURNING 1
 )
-SELECT count(*), max(created_at), max(updated_at), pg_notify('durable_work', '') FROM run;
+SELECT count(*), max(created_at), pg_notify('durable_work', '') FROM run;
 
 -- name: read the run of the item just claimed (9 parameters)
 WITH fence AS (
