@@ -216,3 +216,27 @@ def test_a_prepared_claim_finds_the_next_item_by_its_index(queues):
     # Nothing is sorted but, for some queues, the first ready item of each (one row per queue).
     sorted_by = [line.strip() for line in plan.splitlines() if "Sort Key:" in line]
     assert all(key.startswith("Sort Key: picked.") for key in sorted_by) and len(sorted_by) == bool(queues), plan
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_a_hot_statement_reads_its_values_as_djangos_cursor_does(settings, prepared):
+    """The hot statements read their rows in PostgreSQL's binary format (statements._binary_loaders):
+    each value comes back equal to, and of the same type as, what Django's own cursor reads, the
+    timestamps in Django's timezone and a jsonb value as text."""
+    from django.db import connection
+
+    settings.DURABLE_PREPARED_STATEMENTS = prepared
+    sql = ("SELECT %s::timestamptz, %s::uuid, %s::bigint, %s::text, %s::boolean, %s::jsonb, %s::json, "
+           "%s::integer[], NULL::timestamptz, %s::numeric")
+    values = [dt.datetime(2026, 11, 28, 5, 30, 1, 123456, tzinfo=dt.UTC), uuid.uuid4(), 2**40, "é", True,
+              '{"a": [1, 2]}', '{"b": null}', [3, 4], 7]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        expected = cursor.fetchone()
+    for _ in range(3):  # prepared from its second use
+        row, count = sending.execute("default", sql, values)
+        assert count == 1
+        assert row == expected
+        assert [type(value) for value in row] == [type(value) for value in expected]
+        assert row[0].tzinfo == expected[0].tzinfo and row[0].utcoffset() == dt.timedelta(0)
+        assert row[5] == '{"a": [1, 2]}'

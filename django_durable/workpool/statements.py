@@ -53,9 +53,9 @@ def _cursor(db: str, sql: str):
         raw.execute("SET plan_cache_mode = force_generic_plan")
         _generic.add(raw)
     numbered = _numbered(sql)
-    if numbered is None:
-        return connection._prepare_cursor(psycopg.Cursor(raw)), sql
-    return connection._prepare_cursor(psycopg.RawCursor(raw)), numbered
+    cursor = psycopg.Cursor(raw) if numbered is None else psycopg.RawCursor(raw)
+    cursor.format = psycopg.pq.Format.BINARY  # its rows read without parsing text: _binary_loaders()
+    return connection._prepare_cursor(cursor), sql if numbered is None else numbered
 
 
 # The connections set to force_generic_plan (the setting lasts as long as the session).
@@ -81,8 +81,29 @@ def _unique_names(raw) -> bool:
         return False
     if manager._prepared_idx == 0:  # nothing prepared on it yet
         manager._prepared_idx = secrets.randbits(48)
+    _binary_loaders(raw)
     _named.add(raw)
     return True
+
+
+def _binary_loaders(raw) -> None:
+    """Let the hot statements read their rows in PostgreSQL's binary format, as Django reads text.
+
+    A uuid, an integer or a timestamp in binary is loaded without parsing its text. psycopg's
+    binary loaders give the values Django's text ones give (a timestamp in the session's timezone,
+    which Django sets to its own), but for jsonb, which Django reads as text for its JSONField: so
+    here, on this connection alone (Django's own queries read text), does a binary jsonb.
+    """
+    import psycopg
+    from psycopg.adapt import Loader
+
+    class JsonbText(Loader):
+        format = psycopg.pq.Format.BINARY
+
+        def load(self, data):
+            return bytes(data[1:]).decode()  # after its format's version byte
+
+    raw.adapters.register_loader("jsonb", JsonbText)
 
 
 def _idle(raw) -> bool:
