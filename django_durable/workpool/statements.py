@@ -20,8 +20,9 @@ _prepare = True
 
 
 def _cursor(db: str, sql: str):
-    """A cursor for a hot-path statement and the statement's text for it; prepared on PostgreSQL
-    after its first uses.
+    """A cursor for a hot-path statement, the statement's text for it, and whether the caller closes
+    the cursor after it (else it is the connection's own, kept for its next statement); prepared
+    on PostgreSQL after its first uses.
 
     Parsing and planning these statements costs more than executing them. Django's cursors bind
     parameters client-side and never prepare, so user code in the worker is unaffected; this
@@ -29,19 +30,20 @@ def _cursor(db: str, sql: str):
     checkpoint joins the step's transaction) and goes through Django's wrapper, so execute
     wrappers and error translation still apply. It is a RawCursor, given the statement with its
     placeholders numbered once (`_numbered`): psycopg converts `%s` again at every execution
-    of a statement longer than 4 KB, which most of these are.
+    of a statement longer than 4 KB, which most of these are. Making a cursor and Django's wrapper
+    around it cost a tenth of a start: each connection keeps one of each kind (`_kept`).
     """
     connection = connections[db]
     # While Django logs queries (DEBUG, or a test counting them) the statements go unprepared:
     # the log of a prepared statement's execution has no SQL to show.
     if not (_prepare and conf.get("PREPARED_STATEMENTS")) or connection.queries_logged:
-        return connection.cursor(), sql
+        return connection.cursor(), sql, True
     import psycopg
 
     connection.ensure_connection()
     raw = connection.connection
     if raw not in _named and not _unique_names(raw):
-        return connection.cursor(), sql
+        return connection.cursor(), sql, True
     if raw.prepare_threshold is None:
         raw.prepare_threshold = 2
     if raw not in _generic and partitioning.runs.layout(db) is not None and _idle(raw):
@@ -53,9 +55,20 @@ def _cursor(db: str, sql: str):
         raw.execute("SET plan_cache_mode = force_generic_plan")
         _generic.add(raw)
     numbered = _numbered(sql)
-    cursor = psycopg.Cursor(raw) if numbered is None else psycopg.RawCursor(raw)
-    cursor.format = psycopg.pq.Format.BINARY  # its rows read without parsing text: _binary_loaders()
-    return connection._prepare_cursor(cursor), sql if numbered is None else numbered
+    kept = _kept.get(raw)
+    if kept is None:
+        kept = _kept[raw] = {}
+    cursor = kept.get(numbered is None)
+    if cursor is None or cursor.closed:
+        made = psycopg.Cursor(raw) if numbered is None else psycopg.RawCursor(raw)
+        made.format = psycopg.pq.Format.BINARY  # its rows read without parsing text: _binary_loaders()
+        cursor = kept[numbered is None] = connection._prepare_cursor(made)
+    return cursor, sql if numbered is None else numbered, False
+
+
+# Each connection's cursors for the hot statements (a psycopg Cursor for a statement with a `%`
+# of its own, else a RawCursor), in Django's wrapper: made at its first statement, gone with it.
+_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 # The connections set to force_generic_plan (the setting lasts as long as the session).
@@ -134,12 +147,15 @@ def execute(db: str, sql: str, params):
     """Run `sql` (a statement that answers rows); return its first row and the row count."""
     global _prepare
     try:
-        cursor, text = _cursor(db, sql)
-        with cursor:
+        cursor, text, owned = _cursor(db, sql)
+        try:
             cursor.execute(text, params)
             # Every statement here ends in a SELECT; asking for `description` first would build
             # a column object for each of its (up to 22) columns.
             return cursor.fetchone(), cursor.rowcount
+        finally:
+            if owned:
+                cursor.close()
     except DatabaseError as exc:
         import psycopg
 
@@ -171,10 +187,10 @@ def in_transaction(db: str, prelude: list[tuple[str, list]], sql: str, params, *
                     cursor.execute(sql, params)
                     return cursor.fetchall()
             return execute(db, sql, params)
-    cursor, text = _cursor(db, sql)
+    cursor, text, owned = _cursor(db, sql)
     raw = connection.connection
     try:
-        with connection.wrap_database_errors, cursor:
+        with connection.wrap_database_errors:
             with raw.pipeline():
                 raw.execute("BEGIN")
                 for before, values in prelude:
@@ -185,6 +201,9 @@ def in_transaction(db: str, prelude: list[tuple[str, list]], sql: str, params, *
     except BaseException:
         _roll_back(raw)
         raise
+    finally:
+        if owned:
+            cursor.close()
 
 
 def _roll_back(raw) -> None:
