@@ -51,6 +51,10 @@ def log_in(browser, live_server, username: str, next_path: str) -> None:
     browser.find_element(By.NAME, "username").send_keys(username)
     browser.find_element(By.NAME, "password").send_keys("a-long-password")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    # The click returns before the next page has loaded: a script run at once would run on the form.
+    wait_for(lambda: browser.current_url.startswith(f"{live_server.url}{next_path}")
+             and browser.execute_script("return document.readyState") == "complete",
+             timeout=60, interval=0.1, message=f"{next_path} after logging in")
 
 
 def screenshot(driver, name: str) -> None:
