@@ -212,15 +212,12 @@ class DurableBackend(BaseTaskBackend):
         transaction.atomic() it commits or rolls back with it."""
         from .workpool.runs import create_run
 
-        definition = registry.find(task.module_path)
-        if self._validated.get(id(task)) is not task or not isinstance(definition, TaskDefinition) \
-                or definition.fn.task.func is not task.func:
-            self.validate_task(task)  # and registers it
+        if self._validated.get(id(task)) is not task:
+            self.validate_task(task)
             if len(self._validated) >= 256:  # .using() makes a new task at each call
                 self._validated.clear()
             self._validated[id(task)] = task
-            definition = registry.get(task.module_path)
-        run = create_run(definition, list(args), dict(kwargs), queue=task.queue_name,
+        run = create_run(_register(task), list(args), dict(kwargs), queue=task.queue_name,
                          priority=task.priority, run_at=task.run_after)
         result = TaskResult(
             task=task, id=str(run.pk), status=TaskResultStatus.READY, enqueued_at=run.created_at, started_at=None,
@@ -291,21 +288,22 @@ def _task_error(error) -> TaskError | None:
 _tasks: dict[str, _Task] = {}  # by module path: the task as its decorator made it
 
 
-def _register(task) -> None:
-    """Make the task startable by its module path in this process; a worker registers it when it
-    imports the task's module. Its variants made with .using() share the entry: what they
-    change (queue, priority, run_after) goes with each enqueued run."""
+def _register(task) -> TaskDefinition:
+    """Make the task startable by its module path in this process (a worker registers it when it
+    imports the task's module); return its definition. Its variants made with .using() share the
+    entry: what they change (queue, priority, run_after) goes with each enqueued run."""
     name = task.module_path
     known = registry.find(name)
     if known is not None and not isinstance(known, TaskDefinition):
         raise InvalidTask(f"{name!r} is the name of a registered workflow; a task cannot take it.")
     if known is not None and known.fn.task.func is task.func:
-        return
+        return known
     _tasks[name] = task
     policy = task.policy if isinstance(task, DurableTask) else RetryPolicy(max_attempts=1)
-    call = _Call(task)
-    registry.register(TaskDefinition(name=name, fn=call, queue=task.queue_name, priority=task.priority,
-                                     max_attempts=policy.max_attempts, retry=policy))
+    definition = TaskDefinition(name=name, fn=_Call(task), queue=task.queue_name, priority=task.priority,
+                                max_attempts=policy.max_attempts, retry=policy)
+    registry.register(definition)
+    return definition
 
 
 def _task_of(name: str):
