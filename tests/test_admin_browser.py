@@ -356,3 +356,44 @@ def test_a_runs_page_draws_progress_as_progress_and_signals_whole(browser, live_
     assert '"payload": {"by": "customer"' in history and '\\"by\\"' not in history
     sidebar = browser.find_element(By.ID, "nav-sidebar").text
     assert "Audit trail" in sidebar and "Emitted events" in sidebar and "Workflow events" not in sidebar
+
+
+def test_a_runs_graph_follows_it_live_and_opens_its_child(browser, live_server, django_user_model):
+    from selenium.webdriver.common.by import By
+
+    run = durable.start("tests.graph_live", n=12)
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "waiting"
+    _login(browser, live_server, django_user_model)
+    browser.get(f"{live_server.url}/admin/django_durable/workflowrun/{run.pk}/change/")
+
+    def keys():
+        return browser.execute_script(
+            "return [...document.querySelectorAll('#durable-graph g.durable-node')].map("
+            "g => g.dataset.key + ' ' + g.getAttribute('class').split(' ').pop());")
+
+    assert keys() == ["start durable-node-completed", "prepare durable-node-completed",
+                      "signal:go:0 durable-node-waiting"]
+    browser.execute_script("window.durableSamePage = true;")  # gone if the page were loaded again
+
+    # The run goes on in another process's worker (here: this test's); the page draws it as it goes.
+    durable.signal(run.pk, "go")
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    wait_for(lambda: "completed durable-node-completed" in keys(), timeout=60, interval=0.2,
+             message="the graph drawn again after the run ended")
+    assert keys() == ["start durable-node-completed", "prepare durable-node-completed",
+                      "signal:go:0 durable-node-completed", "12 completed durable-node-completed",
+                      "report durable-node-completed", "completed durable-node-completed"]
+    assert browser.execute_script("return window.durableSamePage === true")
+    assert "of 12 branches of square" in browser.find_element(By.ID, "durable-graph").get_attribute("innerHTML")
+    browser.set_window_size(1400, 1100)
+    browser.execute_script("document.getElementById('durable-graph').scrollIntoView();")
+    screenshot(browser, "run-graph.png")
+
+    # The child's box opens the child's page, with its own graph.
+    child = WorkflowRun.objects.get(parent=run)
+    browser.find_element(By.CSS_SELECTOR, "#durable-graph a g[data-key='report']").click()
+    wait_for(lambda: str(child.pk) in browser.current_url, timeout=60, interval=0.1, message="the child's page")
+    assert keys() == ["start durable-node-completed", "a durable-node-completed", "b durable-node-completed",
+                      "c durable-node-completed", "completed durable-node-completed"]

@@ -14,6 +14,7 @@ from ..catalog import definition_data, workflows
 from ..engine.describe import describe
 from ..exceptions import InvalidArguments
 from ..models import Definition
+from . import graph
 from .base import PageAdmin
 
 
@@ -44,8 +45,12 @@ class DefinitionAdmin(PageAdmin):
                 data["shape"] = describe(definition.name, **given)["shape"]
             except (ValueError, InvalidArguments) as exc:
                 problem = str(exc)
+        site = self.admin_site.name
+        drawn = graph.render(graph.shape_items(data["shape"], definition_url=lambda name: reverse(
+            f"{site}:django_durable_definition_detail", args=[name]) if registry.find(name) else ""),
+            label=f"Graph of the workflow {definition.name}")
         return TemplateResponse(request, "admin/django_durable/definition.html", self.page_context(
-            request, definition.name, definition=data, runs_url=self._runs_url(), input=text,
+            request, definition.name, definition=data, graph=drawn, runs_url=self._runs_url(), input=text,
             input_problem=problem))
 
     def _runs_url(self) -> str:

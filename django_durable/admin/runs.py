@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.db.models.functions import Substr
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -26,7 +26,7 @@ from ..payloads import reference as stored_reference
 from ..payloads import shown as stored_shown
 from ..services.control import RESUMABLE
 from ..workpool import evidence
-from . import display, forms, timeline
+from . import display, forms, graph, timeline
 from .actions import ACTIONS, BULK, BULK_LIMIT, RunAction, reason_of
 from .base import DurableAdmin, base_actions, parse_uuid
 from .filters import (
@@ -318,6 +318,8 @@ class WorkflowRunAdmin(DurableAdmin):
         return [
             path("start/", wrap(self.start_view), name=f"{name}_start"),
             path("<path:object_id>/do/<slug:action>/", wrap(self.action_view), name=f"{name}_action"),
+            path("<path:object_id>/graph/", wrap(self.graph_view), name=f"{name}_graph"),
+            path("<path:object_id>/events/", wrap(self.events_view), name=f"{name}_events"),
             *super().get_urls(),
         ]
 
@@ -329,10 +331,46 @@ class WorkflowRunAdmin(DurableAdmin):
         return run
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
+        return self.detail_view(request, self.viewed_run(request, object_id))
+
+    def viewed_run(self, request, object_id) -> WorkflowRun:
         run = self.get_run(object_id)
         if not self.has_view_permission(request, run):
             raise PermissionDenied
-        return self.detail_view(request, run)
+        return run
+
+    def graph_view(self, request, object_id):
+        """The run's graph as it is now: the run page swaps it in when the run's events say it changed."""
+        run = self.viewed_run(request, object_id)
+        response = HttpResponse(self._graph(run), content_type="image/svg+xml")
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def events_view(self, request, object_id):
+        """The run's live events, server-sent (services/streams.py), without values: what tells
+        the run page to draw its graph again."""
+        from django.core.handlers.asgi import ASGIRequest
+
+        from .. import conf
+        from ..services import streams
+
+        run = self.viewed_run(request, object_id)
+        try:
+            after = max(0, int(request.headers.get("Last-Event-ID") or 0))
+        except ValueError:
+            after = 0
+        follow = streams.aevents if isinstance(request, ASGIRequest) else streams.events
+        response = StreamingHttpResponse(follow(run.pk, payloads=False, after=after,
+                                                max_seconds=float(conf.get("STREAM_MAX_SECONDS"))),
+                                         content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+    def _graph(self, run: WorkflowRun, **read):
+        site = self.admin_site.name
+        return graph.of_run(run, run_url=lambda pk: reverse(f"{site}:django_durable_workflowrun_change", args=[pk]),
+                            **read)
 
     def detail_view(self, request, run: WorkflowRun):
         payloads = self.can_see_payloads(request)
@@ -380,6 +418,9 @@ class WorkflowRunAdmin(DurableAdmin):
                             for entry in evidence.history(run, db=run._state.db)] if payloads else [],
             agent=agent,
             steps=steps, steps_page=page, steps_total=page.paginator.count,
+            # (drawn from the rows the page read, when it read them all)
+            graph=self._graph(run, steps=steps if page.number == 1 and not page.has_next() else None,
+                              items=items if len(items) <= 200 else None),
             timeline=timeline.render(run, steps, branch_keys=branch_keys, now=now, total=page.paginator.count)
             if steps or run.started_at else None,
             timers=list(Timer.objects.filter(run=run).order_by("-fire_at")[:100]),

@@ -443,6 +443,16 @@ def square_item(item):
     return square(run_id, x)
 
 
+@durable.workflow("tests.graph_live")
+def graph_live(ctx, n=12):
+    """A step, a wait for "go", a fan-out of n, a child: the run graph followed live (test_admin_browser)."""
+    ctx.step("prepare", mark, ctx.run_id, "prepare", n)
+    ctx.wait_for_signal("go")
+    squares = ctx.map("square", square_item, [(ctx.run_id, i) for i in range(n)])
+    ctx.child("report", "tests.three_steps", x=len(squares))
+    return len(squares)
+
+
 @durable.workflow("tests.squares")
 def squares(ctx, n):
     return ctx.parallel([ctx.call(f"sq:{i}", square, ctx.run_id, i) for i in range(n)], key="sq")
