@@ -99,8 +99,10 @@ __all__ = [
     "fork",
     "get_run",
     "read_stream",
+    "plan_repair",
     "recover",
     "release_claim",
+    "repair",
     "retry_rollback",
     "retry_run",
     "runs_for",
@@ -134,6 +136,7 @@ _LAZY["describe"] = "engine.describe"
 _LAZY["update"] = "services.updates"
 _LAZY["read_stream"] = _LAZY["AbandonedValues"] = "services.streams"
 _LAZY["workflows"] = "catalog"
+_LAZY["plan_repair"] = _LAZY["repair"] = "services.repairs"
 _LAZY["cancel_runs_on_delete"] = "subjects"
 _LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")
 

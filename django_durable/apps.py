@@ -29,6 +29,9 @@ class DurableConfig(AppConfig):
         from .retention import register_prune
 
         register_prune()  # the built-in durable.prune and its schedule
+        from .services.repairs import register_repair
+
+        register_repair()  # the built-in durable.repair (repairs by filter)
 
         # Like admin.py: every installed app's workflows.py registers its workflows, and, when
         # TASKS runs tasks here, its tasks.py its django.tasks tasks (tasks.discover).

@@ -512,7 +512,7 @@ def test_the_schema_documents_every_route_and_validates(api):
         ("/schedules/{slug}/pause/", "post"), ("/schedules/{slug}/resume/", "post"),
         ("/schedules/{slug}/trigger/", "post"), ("/workflows/definitions/", "get"),
         ("/workflows/definitions/{name}/", "get"), ("/workflows/definitions/{name}/describe/", "post"),
-        ("/workflows/{id}/fork/", "post"), ("/workflows/{id}/updates/{name}/", "post"),
+        ("/workflows/{id}/fork/", "post"), ("/workflows/repair/", "post"), ("/workflows/{id}/updates/{name}/", "post"),
         ("/workflows/{id}/updates/{name}/{update_id}/", "get"), ("/workflows/{id}/stream/", "get"), ("/approvals/", "get"),
         ("/workflows/{id}/approvals/{key}/", "post"),
     }

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import services
-from ..exceptions import DurableError, InvalidTransition, RunFinished
+from ..services.repairs import reason_of  # noqa: F401 - the list's bulk actions count their skips with it
+from ..exceptions import InvalidTransition
 from . import forms
 
 BULK_LIMIT = 1000  # runs one bulk action handles at a time
@@ -124,19 +125,3 @@ ACTIONS = {
 BULK = {"cancel": "Cancelled", "retry": "Retried", "force-fail": "Forced to fail",
         "retry-rollback": "Retried the rollback of", "wake": "Woke", "recover": "Recovered",
         "duplicate": "Duplicated"}
-
-
-def reason_of(exc: DurableError) -> str:
-    """A short reason a bulk action skipped a run, to count alike ones together."""
-    if isinstance(exc, RunFinished):
-        return "already finished"
-    text = str(exc)
-    if "only a failed" in text:
-        return "not failed, timed out or cancelled"
-    if "not compensation_failed" in text:
-        return "not compensation_failed"
-    if "no pending timer" in text:
-        return "nothing to wake"
-    if "is not stuck" in text:
-        return "not stuck"
-    return type(exc).__name__

@@ -127,3 +127,35 @@ class StartForm(forms.Form):
         super().__init__(*args, **kwargs)
         # Only registered names are offered or accepted: nothing is ever imported from a name.
         self.fields["workflow"].choices = [(name, name) for name in registry.names()]
+
+
+class RepairForm(forms.Form):
+    """A repair by filter (services/repairs.py): the action, the runs it takes, and its options."""
+
+    repair = forms.ChoiceField(choices=[("retry", "Retry from the last checkpoint"), ("rerun", "Rerun from a step"),
+                                        ("cancel", "Cancel"), ("force-fail", "Force fail")])
+    workflow = forms.CharField(required=False, max_length=255, widget=forms.TextInput(attrs={"size": 50}))
+    status = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    queue = forms.CharField(required=False, max_length=100)
+    created_after = forms.DateTimeField(required=False, help_text="In the admin's time zone, such as 2026-11-28 09:00.")
+    created_before = forms.DateTimeField(required=False)
+    error = forms.CharField(required=False, max_length=200, label="Error containing",
+                            widget=forms.TextInput(attrs={"size": 50}))
+    from_step = forms.CharField(required=False, max_length=255, label="From step",
+                                help_text="For a rerun: the key of the step the new runs start again from.")
+    reason = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"size": 80}),
+                             help_text="For a cancel or a forced failure: recorded with each run.")
+    batch = forms.IntegerField(min_value=1, max_value=5000, initial=200, required=False,
+                               help_text="Runs each step of the repair takes, each in a transaction of its own.")
+
+    def __init__(self, *args, **kwargs):
+        from ..models import WorkflowRun
+
+        super().__init__(*args, **kwargs)
+        self.fields["status"].choices = WorkflowRun.Status.choices
+
+    def filter_data(self) -> dict:
+        """The filter, as services.repairs.RunFilter.parse() takes it."""
+        data = self.cleaned_data
+        return {name: data[name] for name in ("workflow", "status", "queue", "created_after", "created_before", "error")
+                if data.get(name)}

@@ -16,6 +16,7 @@ from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHt
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -204,6 +205,8 @@ class WorkflowRunAdmin(DurableAdmin):
     def changelist_view(self, request, extra_context=None):
         extra = {
             "can_start": self.has_custom_permission(request, "start_workflowrun"),
+            "repair_query": urlencode({param: value for param, value in request.GET.items()
+                                       if param in self.LIST_TO_REPAIR}),
             "overview_url": reverse(f"{self.admin_site.name}:django_durable_overview_changelist"),
             **(extra_context or {}),
         }
@@ -317,6 +320,7 @@ class WorkflowRunAdmin(DurableAdmin):
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
             path("start/", wrap(self.start_view), name=f"{name}_start"),
+            path("repair/", wrap(self.repair_view), name=f"{name}_repair"),
             path("<path:object_id>/do/<slug:action>/", wrap(self.action_view), name=f"{name}_action"),
             path("<path:object_id>/graph/", wrap(self.graph_view), name=f"{name}_graph"),
             path("<path:object_id>/events/", wrap(self.events_view), name=f"{name}_events"),
@@ -624,6 +628,53 @@ class WorkflowRunAdmin(DurableAdmin):
                 return HttpResponseRedirect(self._url(run.pk))
         return TemplateResponse(request, "admin/django_durable/workflowrun/start.html",
                                 self.page_context(request, "Start a workflow run", form=form))
+
+
+    # The run list's filters, as the repair page's form takes them.
+    LIST_TO_REPAIR = {"status__exact": "status", "workflow": "workflow", "queue": "queue",
+                      "created_at__gte": "created_after", "created_at__lt": "created_before"}
+
+    def repair_view(self, request):
+        """Repairs by filter: a preview that counts and samples what would change, then the repair,
+        applied in batches by a durable.repair run (services/repairs.py)."""
+        from ..services import repairs
+
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            form = forms.RepairForm(request.POST)
+        elif "preview" in request.GET:
+            form = forms.RepairForm(request.GET)
+        else:
+            initial = {"repair": request.GET.get("repair", "retry")}
+            for param, field in self.LIST_TO_REPAIR.items():
+                if request.GET.get(param):
+                    initial[field] = [request.GET[param]] if field == "status" else request.GET[param]
+            form = forms.RepairForm(initial=initial)
+        plan = None
+        if form.is_bound and form.is_valid():
+            data = form.cleaned_data
+            repair = repairs.REPAIRS[data["repair"]]
+            try:
+                run_filter = repairs.RunFilter.parse(form.filter_data())
+                if request.method == "POST":
+                    if not self.has_custom_permission(request, repair.permission):
+                        raise PermissionDenied
+                    run, planned = repairs.start(data["repair"], run_filter, by=request.user.get_username(),
+                                                 reason=data["reason"], from_step=data["from_step"],
+                                                 batch=data["batch"] or 200)
+                    self.message_user(request, f"Repair started: {repair.verb}, {planned.eligible} run(s) matching "
+                                               f"{run_filter}, in batches of {data['batch'] or 200}. This run applies it.",
+                                      messages.SUCCESS)
+                    return HttpResponseRedirect(self._url(run.pk))
+                plan = repairs.plan(data["repair"], run_filter, from_step=data["from_step"])
+            except InvalidArguments as exc:
+                form.add_error(exc.argument if exc.argument in form.fields else None, str(exc))
+        allowed = bool(plan) and self.has_custom_permission(request, repairs.REPAIRS[plan.repair].permission)
+        return TemplateResponse(request, "admin/django_durable/workflowrun/repair.html", self.page_context(
+            request, "Repair runs by filter", form=form, plan=plan, allowed=allowed,
+            filter_text=str(plan.filter) if plan else "",
+            sample=[dict(row, url=self._url(row["id"])) for row in plan.sample] if plan else []))
 
 
 def run_link(run_id, admin_site_name: str = "admin"):

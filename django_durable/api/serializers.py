@@ -293,6 +293,34 @@ class ForkSerializer(StrictSerializer):
                                                                 "before it is copied, it and the rest run anew.")
 
 
+class RepairSerializer(StrictSerializer):
+    repair = serializers.ChoiceField(choices=["retry", "rerun", "cancel", "force-fail"],
+                                     help_text="retry (failed, timed-out, cancelled and blocked runs), rerun "
+                                               "(a new run from from_step), cancel or force-fail (unfinished runs).")
+    filter = serializers.DictField(help_text="The runs: workflow, status (one or a list), queue, created_after, "
+                                             "created_before (ISO 8601 with a time zone), error (a piece of its "
+                                             "text). At least one.")
+    from_step = serializers.CharField(max_length=255, required=False, default="",
+                                      help_text="For rerun: the key of the step to rerun from.")
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True,
+                                   help_text="For cancel and force-fail: recorded with each run.")
+    batch = serializers.IntegerField(min_value=1, max_value=5000, required=False, default=200,
+                                     help_text="Runs a step of the repair takes at a time.")
+    dry_run = serializers.BooleanField(required=False, default=True,
+                                       help_text="true (the default): count and sample, change nothing; false: "
+                                                 "start the repair.")
+
+
+class RepairPlanSerializer(serializers.Serializer):
+    repair = serializers.CharField()
+    filter = serializers.DictField()
+    matched = serializers.IntegerField(help_text="Runs the filter matches.")
+    eligible = serializers.IntegerField(help_text="Of those, the runs the repair may take.")
+    sample = serializers.ListField(child=serializers.DictField(), help_text="The newest eligible runs.")
+    until = serializers.CharField(allow_null=True, help_text="The repair goes no further than this run id.")
+    run = serializers.CharField(required=False, help_text="The repair's own run (durable.repair), once started.")
+
+
 class DescribeSerializer(StrictSerializer):
     kwargs = serializers.DictField(child=serializers.JSONField(allow_null=True), required=False, default=dict,
                                    help_text="The input to describe the shape for; parameters left out take "

@@ -25,7 +25,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from .. import catalog, conf, schedules, services
-from ..exceptions import StepNotFound
+from ..exceptions import InvalidArguments, StepNotFound
 from ..models import Schedule, Step, WorkflowRun
 from . import errors
 from .access import ActionPermission, DurableThrottle, can_see_payloads, configured_permissions, scoped
@@ -38,6 +38,8 @@ from .serializers import (
     EventSentSerializer,
     EventSerializer,
     ForkSerializer,
+    RepairPlanSerializer,
+    RepairSerializer,
     RunSerializer,
     RunSummarySerializer,
     ScheduleSerializer,
@@ -193,8 +195,9 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         "create": "start_workflowrun", "destroy": "cancel_workflowrun", "signal": "signal_workflowrun",
         "retry": "retry_workflowrun", "fork": "start_workflowrun", "send_update": "signal_workflowrun",
         "update_answer": "view_workflowrun", "stream": "view_workflowrun",
+        "repair": "view_workflowrun",  # and the repair's own permission, checked in repair()
     }
-    throttle_scopes = {"create": "start", "fork": "start", "signal": "signal", "send_update": "signal", "destroy": "cancel"}
+    throttle_scopes = {"create": "start", "fork": "start", "repair": "start", "signal": "signal", "send_update": "signal", "destroy": "cancel"}
 
     def handle_exception(self, exc):
         if getattr(self, "action", None) == "stream":  # an error is JSON, whatever an EventSource accepts
@@ -393,6 +396,37 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
         except UpdateRejected as exc:
             raise errors.Conflict(str(exc), code="update_rejected") from None
         return Response(UpdateAnswerSerializer({"id": update_id, "status": "answered", "answer": answer}).data)
+
+    @document(request=RepairSerializer, responses={200: RepairPlanSerializer, 202: RepairPlanSerializer,
+                                                   **errors_for(400, 403)})
+    @action(detail=False, methods=["post"])
+    def repair(self, request):
+        """Retry, rerun from a step, cancel or force-fail every run matching a filter. With dry_run
+        (the default): 200 and what it would change (counts and a sample), nothing changed. Without:
+        202 and the same, with the id of the durable.repair run that applies it in batches, each run
+        audited with who asked. Needs the repair's own permission (as on one run); refused where
+        DURABLE_API_QUERYSET_FILTER scopes the runs, since a repair reaches every run it matches."""
+        from ..services import repairs
+
+        data = _valid(RepairSerializer, request)
+        repair = repairs.REPAIRS[data["repair"]]
+        if not request.user.has_perm(f"django_durable.{repair.permission}"):
+            raise exceptions.PermissionDenied(f"This needs the permission django_durable.{repair.permission}, "
+                                              f"which you do not have.")
+        if conf.get("API_QUERYSET_FILTER") is not None:
+            raise exceptions.PermissionDenied("Repairs by filter reach every run they match, and this API scopes "
+                                              "the runs each user sees (DURABLE_API_QUERYSET_FILTER): use the "
+                                              "admin or the command line.")
+        try:
+            run_filter = repairs.RunFilter.parse(data["filter"])
+            if data["dry_run"]:
+                return Response(repairs.plan(data["repair"], run_filter, from_step=data["from_step"]).as_data())
+            run, planned = repairs.start(data["repair"], run_filter, by=self.by(), reason=data["reason"],
+                                         from_step=data["from_step"], batch=data["batch"])
+        except InvalidArguments as exc:
+            raise exceptions.ValidationError({f"filter.{exc.argument}" if exc.argument and exc.argument != "from_step"
+                                              else exc.argument or "filter": [str(exc)]}) from None
+        return Response({**planned.as_data(), "run": str(run.pk)}, status=status.HTTP_202_ACCEPTED)
 
     @document(request=ForkSerializer, responses={201: RunSerializer, **errors_for(400, 404, 409)})
     @action(detail=True, methods=["post"])

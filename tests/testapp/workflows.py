@@ -453,6 +453,12 @@ def graph_live(ctx, n=12):
     return len(squares)
 
 
+@durable.workflow("tests.repairable")
+def repairable(ctx, order):
+    """One step: runs made failed by hand, then repaired by filter (test_repairs)."""
+    return ctx.step("charge", mark, ctx.run_id, "charge", order)
+
+
 @durable.workflow("tests.squares")
 def squares(ctx, n):
     return ctx.parallel([ctx.call(f"sq:{i}", square, ctx.run_id, i) for i in range(n)], key="sq")

@@ -94,6 +94,22 @@ class Command(BaseCommand):
         retry = commands.add_parser("retry", help="run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked one")
         retry.add_argument("run_id")
 
+        repair = commands.add_parser("repair", help="retry, rerun from a step, cancel or force-fail every run "
+                                                    "matching a filter: a dry run unless --apply")
+        repair.add_argument("action", choices=["retry", "rerun", "cancel", "force-fail"])
+        repair.add_argument("--workflow")
+        repair.add_argument("--status", help="one status, or several separated by commas")
+        repair.add_argument("--queue")
+        repair.add_argument("--created-after", metavar="TIME", help="ISO 8601 with a time zone")
+        repair.add_argument("--created-before", metavar="TIME", help="ISO 8601 with a time zone")
+        repair.add_argument("--error", metavar="TEXT", help="a piece of the error's text")
+        repair.add_argument("--from-step", default="", metavar="KEY", help="rerun: the step to rerun from")
+        repair.add_argument("--reason", default="", help="cancel, force-fail: recorded with each run")
+        repair.add_argument("--batch", type=int, default=200, help="runs a step of the repair takes (default 200)")
+        repair.add_argument("--apply", action="store_true", help="start the repair (default: count and sample only)")
+        repair.add_argument("--wait", type=float, metavar="SECONDS", help="with --apply: wait for it this long")
+        repair.add_argument("--json", action="store_true")
+
         sched = commands.add_parser("schedules", help="list, sync, pause, resume or trigger schedules")
         sched.add_argument("action", nargs="?", default="list", choices=["list", "sync", "pause", "resume", "trigger"])
         sched.add_argument("slug", nargs="?")
@@ -241,6 +257,46 @@ class Command(BaseCommand):
     def do_retry(self, *, run_id, **_):
         run = services.retry_run(run_id, by=self.by)
         self.stdout.write(f"{run.pk} {run.status}: it goes again from its last checkpoint")
+
+    def do_repair(self, *, action, workflow, status, queue, created_after, created_before, error, from_step, reason,
+                  batch, apply, wait, json, **_):
+        from django_durable.services import repairs
+
+        given = {"workflow": workflow, "status": status.split(",") if status else None, "queue": queue,
+                 "created_after": created_after, "created_before": created_before, "error": error}
+        try:
+            run_filter = repairs.RunFilter.parse({name: value for name, value in given.items() if value})
+            if not apply:
+                plan = repairs.plan(action, run_filter, from_step=from_step)
+            else:
+                run, plan = repairs.start(action, run_filter, by=self.by, reason=reason, from_step=from_step,
+                                          batch=batch)
+        except InvalidArguments as exc:
+            flag = f"--{exc.argument.replace('_', '-')}: " if exc.argument else ""
+            raise ValueError(f"{flag}{exc}") from None
+        if json and not apply:
+            self._json_out(plan.as_data())
+            return
+        if not apply:
+            self.stdout.write(f"{plan.matched} run(s) match {run_filter}; {action} would take {plan.eligible}.")
+            for row in plan.sample:
+                self.stdout.write(f"  {short_id(row['id'])}  {row['status']:<19} {row['workflow']:<30} {row['created_at']}")
+            if plan.eligible:
+                self.stdout.write("Nothing changed: add --apply to do it.")
+            return
+        self.stdout.write(f"repair {run.pk} started: {action} for {plan.eligible} run(s) matching {run_filter}")
+        if wait is None:
+            return
+        try:
+            result = services.wait(run.pk, timeout=wait)
+        except WaitTimeout as timed_out:
+            raise CommandError(f"The repair {run.pk} did not finish within {wait:g} s."
+                               + (f" {timed_out.hint}" if timed_out.hint else ""), returncode=TIMED_OUT) from None
+        if json:
+            self._json_out(result)
+            return
+        skipped = ", ".join(f"{count} {why}" for why, count in result["skipped"].items())
+        self.stdout.write(f"{result['done']} {repairs.REPAIRS[action].verb}" + (f"; skipped: {skipped}" if skipped else ""))
 
     # -- schedules, housekeeping ---------------------------------------------------------------------
 
