@@ -24,6 +24,11 @@ class Suspend(Interrupt):
         self.items = list(items)  # (step key, function, input): parallel branches to queue
 
 
+class Pause(Suspend):
+    """A step failed for good under a policy that pauses (RetryPolicy(on_exhausted="pause")): the
+    run is held ``paused`` for an operator, `waiting_on` saying why; nothing of it fails."""
+
+
 class LeaseLost(Interrupt):
     """This worker no longer holds the claim: it must write nothing more for the run."""
 

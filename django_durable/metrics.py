@@ -8,7 +8,7 @@ add up, nothing lost when a worker restarts). Each reads an index range, as the 
 does (the journal through the runs' index). The endpoint answers users who may view runs, or a
 request bearing ``Authorization: Bearer <DURABLE_METRICS_TOKEN>`` (for Prometheus' scrape config).
 
-- ``durable_runs{queue, status}``: unfinished runs by status (pending, running, waiting, blocked)
+- ``durable_runs{queue, status}``: unfinished runs by status (pending, running, waiting, blocked, paused)
 - ``durable_runs_finished{queue, outcome}``: runs finished in the last hour (completed, failed, cancelled)
 - ``durable_queue_ready{queue}``, ``durable_queue_lag_seconds{queue}``: items ready now, and how long
   the oldest of them has waited

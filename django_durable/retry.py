@@ -20,6 +20,12 @@ class RetryPolicy:
     at most `max_backoff`, spread by ±`jitter` (a fraction) so that failures do not retry in
     lockstep. Exceptions of the `non_retryable` types, and NonRetryableError, are not retried;
     RetryAfter sets the next wait itself.
+
+    `on_exhausted` says what a step's failure for good does: "fail" (StepFailed is raised in the
+    workflow, which may catch it) or "pause" (the run is held ``paused`` for an operator, its
+    journal, waits and children kept, until it is resumed, the step then tried again with fresh
+    attempts, or failed on purpose). A NonRetryableError fails the step either way: the code asked
+    for it.
     """
 
     max_attempts: int = 3
@@ -28,6 +34,7 @@ class RetryPolicy:
     max_backoff: float = 60.0
     jitter: float = 0.1
     non_retryable: tuple[type[BaseException], ...] = field(default=())
+    on_exhausted: str = "fail"
 
     def __post_init__(self):
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
@@ -47,6 +54,8 @@ class RetryPolicy:
             if not (isinstance(kind, type) and issubclass(kind, BaseException)):
                 raise ValueError(f"RetryPolicy non_retryable must hold exception types, not {kind!r}.")
         object.__setattr__(self, "non_retryable", types)
+        if self.on_exhausted not in ("fail", "pause"):
+            raise ValueError(f"RetryPolicy on_exhausted must be 'fail' or 'pause', not {self.on_exhausted!r}.")
 
     def backoff(self, attempt: int) -> float:
         """Return the seconds to wait after failed attempt number `attempt` (1-based), jittered."""
@@ -62,6 +71,10 @@ class RetryPolicy:
         if isinstance(exc, (NonRetryableError, NotSerializable, PayloadTooLarge)):
             return False
         return not isinstance(exc, self.non_retryable)
+
+    def pauses(self, exc: BaseException) -> bool:
+        """Return True if a step that failed for good with `exc` holds its run for an operator."""
+        return self.on_exhausted == "pause" and not isinstance(exc, NonRetryableError)
 
     def delay(self, exc: BaseException, attempt: int) -> float:
         """Return the seconds to wait before the next attempt after `exc`."""

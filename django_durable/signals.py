@@ -11,6 +11,8 @@ does not affect the run.
 - ``run_cancelled(run_id, workflow)``: the run ended ``cancelled``.
 - ``run_blocked(run_id, workflow, reason)``: a replay found the workflow code no longer matches
   the run's journal (a NonDeterminismError); the run is held, ``blocked``, for an operator.
+- ``run_paused(run_id, workflow, key, error)``: a step failed for good under a policy that pauses
+  (``RetryPolicy(on_exhausted="pause")``); the run is held, ``paused``, for an operator.
 - ``step_completed(run_id, workflow, key, result, attempts)``: a step's result was recorded.
 - ``step_failed(run_id, workflow, key, error, attempt, will_retry)``: an attempt failed;
   ``will_retry`` is False when the step failed for good.
@@ -37,6 +39,7 @@ run_completed = Signal()
 run_failed = Signal()
 run_cancelled = Signal()
 run_blocked = Signal()
+run_paused = Signal()
 step_completed = Signal()
 step_failed = Signal()
 run_noted = Signal()

@@ -18,7 +18,7 @@ from .humanize import duration
 from .models import Worker, WorkflowRun, WorkItem
 
 Status = WorkflowRun.Status
-UNFINISHED = [Status.PENDING, Status.RUNNING, Status.WAITING, Status.BLOCKED]
+UNFINISHED = [Status.PENDING, Status.RUNNING, Status.WAITING, Status.BLOCKED, Status.PAUSED]
 OUTCOMES = {  # what a finished run counts as
     "completed": [Status.COMPLETED],
     "failed": [Status.FAILED, Status.TIMED_OUT, Status.COMPENSATION_FAILED],

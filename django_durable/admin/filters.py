@@ -68,7 +68,8 @@ class WaitingForFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         labels = {"sleep": "A sleep", "retry": "A retry's back-off", "signal": "A signal", "event": "An event",
                   "children": "Branches or a child", "start": "Its delayed start",
-                  "code": "A worker with its code, or a fix of it", "approval": "An approval"}
+                  "code": "A worker with its code, or a fix of it", "approval": "An approval",
+                  "operator": "An operator (paused)"}
         return [(kind, labels[kind]) for kind in WorkflowRun.WAITING_FOR]
 
     def queryset(self, request, queryset):

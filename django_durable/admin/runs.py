@@ -396,7 +396,7 @@ class WorkflowRunAdmin(DurableAdmin):
             if step.kind == Step.Kind.PROGRESS:  # what the run said of itself, last set at started_at
                 step.took, step.progress = "", display.progress_text(step.result)
                 step.result_text, step.result_stored = "", None  # shown as progress, not as its JSON
-            step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING)
+            step.failed_now = step.status in (Step.Status.FAILED, Step.Status.RETRYING, Step.Status.PAUSED)
             # In a finished run nothing waits or runs any more: a step left so is shown stopped, and
             # only a failed step may be skipped (the run then goes again from there).
             step.stopped = Step.shown_status(step.status, step.kind, run.is_finished) == Step.STOPPED
@@ -407,6 +407,7 @@ class WorkflowRunAdmin(DurableAdmin):
                 Step.Kind.SLEEP, Step.Kind.PARALLEL)
             step.can_fork = step.key not in branch_keys
         error = run.get_error() if payloads and run.error else None
+        paused = self._paused(run, payloads) if run.status == Status.PAUSED else None
         buttons = self._buttons(request, run)
         agent = self._agent(run, payloads)
         context = self.page_context(
@@ -417,7 +418,7 @@ class WorkflowRunAdmin(DurableAdmin):
             input=self._payload(run.input, "input", full) if payloads else None,
             result=self._payload(run.result, "result", full) if payloads and run.result is not None else None,
             error=error, error_summary=display.error_summary(run.error, with_message=payloads, limit=300)
-            if run.is_finished else "",
+            if run.is_finished else "", paused=paused,
             attempt_errors=[dict(entry, short_type=entry["type"].rpartition(".")[2])
                             for entry in evidence.history(run, db=run._state.db)] if payloads else [],
             agent=agent,
@@ -531,6 +532,16 @@ class WorkflowRunAdmin(DurableAdmin):
         entries.sort(key=lambda entry: entry[0])
         return [{"at": at, "what": what, "who": who, "detail": detail} for at, what, who, detail in entries]
 
+    def _paused(self, run: WorkflowRun, payloads: bool) -> dict | None:
+        """The step that paused the run, with its error (the message and traceback with the payload permission)."""
+        step = Step.objects.filter(run=run, status=Step.Status.PAUSED).only("key", "attempts", "error").first()
+        if step is None:
+            return None
+        error = serialization.decode(step.error) if payloads and step.error else None
+        return {"key": step.key, "attempts": step.attempts,
+                "summary": display.error_summary(step.error, with_message=payloads, limit=300),
+                "traceback": (error or {}).get("traceback", "") if isinstance(error, dict) else ""}
+
     def _buttons(self, request, run: WorkflowRun):
         allowed = {
             "cancel": not run.is_finished,
@@ -543,7 +554,8 @@ class WorkflowRunAdmin(DurableAdmin):
             "fork": getattr(registry.find(run.workflow), "kind", "task") != "task" and run.started_at is not None,
         }
         return [
-            {"name": name, "title": ACTIONS[name].title, "url": self._url(run.pk, name),
+            {"name": name, "url": self._url(run.pk, name),
+             "title": "Resume" if name == "retry" and run.status in WorkflowRun.HELD else ACTIONS[name].title,
              "danger": ACTIONS[name].destructive}
             for name, ok in allowed.items()
             if ok and self.has_custom_permission(request, ACTIONS[name].permission)

@@ -295,7 +295,7 @@ class ForkSerializer(StrictSerializer):
 
 class RepairSerializer(StrictSerializer):
     repair = serializers.ChoiceField(choices=["retry", "rerun", "cancel", "force-fail"],
-                                     help_text="retry (failed, timed-out, cancelled and blocked runs), rerun "
+                                     help_text="retry (failed, timed-out, cancelled, blocked and paused runs), rerun "
                                                "(a new run from from_step), cancel or force-fail (unfinished runs).")
     filter = serializers.DictField(help_text="The runs: workflow, status (one or a list), queue, created_after, "
                                              "created_before (ISO 8601 with a time zone), error (a piece of its "

@@ -329,7 +329,7 @@ class WorkflowRunViewSet(DurableView, viewsets.GenericViewSet):
     @document(request=None, responses={202: RunSerializer, **errors_for(404, 409)})
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        """Run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked one."""
+        """Run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked or paused one."""
         run = self.get_object()
         return self.represent(services.retry_run(run.pk, by=self.by()), status.HTTP_202_ACCEPTED)
 

@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from .. import conf, faults, serialization, telemetry
 from ..databases import writes_only_to
 from ..exceptions import CODE_FAILURES, ApprovalTimeout, Cancelled, NonDeterminismError, SignalTimeout, StepFailed, StepTimeout
-from ..interrupts import CancelRequested, Suspend
+from ..interrupts import CancelRequested, Pause, Suspend
 from ..retry import RetryPolicy
 from . import asyncs, live
 from .composition import Composition, current_step, step_timeout
@@ -80,7 +80,9 @@ class Context(Waits, Composition, Flow):
         When the run is cancelled while the step runs, ``durable.Cancelled`` is raised in it after
         DURABLE_CANCEL_GRACE_SECONDS, unless ``cancellable=False``.
 
-        Raise StepFailed when the attempts run out (or the error is not retryable),
+        Raise StepFailed when the attempts run out (or the error is not retryable), unless the
+        policy says ``on_exhausted="pause"``: then the run is held ``paused`` for an operator,
+        and this call goes on, with fresh attempts, once it is resumed;
         NonDeterminismError if `key` was recorded for another function or other arguments
         (the run is then held, ``blocked``, for an operator: see docs/changing-code.md).
         """
@@ -187,7 +189,10 @@ class Context(Waits, Composition, Flow):
         return serialization.replayed(value, text)
 
     def _resume(self, key, name, entry: StepRecord, policy: RetryPolicy) -> tuple[int, dt.datetime | None]:
-        """Return (attempt, deadline) for a step an earlier advance left running or retrying."""
+        """Return (attempt, deadline) for a step an earlier advance left running, retrying or paused."""
+        if entry.status == "paused":  # held for an operator: woken (a signal, a timer), it holds again
+            self._stop_if_cancelled()
+            raise Pause(_paused_waiting_on(key, entry.attempts, entry.error))
         if entry.status == "retrying":
             retry_at = as_datetime(entry.retry_at)
             if retry_at is not None and not self._session.passed(retry_at):
@@ -211,6 +216,10 @@ class Context(Waits, Composition, Flow):
         The error keeps the errors of the attempts before it (serialization.dumps_error)."""
         error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)), attempt=attempt,
                                           earlier=self._earlier_error(key))
+        if not policy.retries(exc, attempt) and policy.pauses(exc) and kind == "step":
+            self._record(key, name, "paused", None, error, started, attempt, kind=kind)
+            log_attempt(self.run_id, key, attempt, policy, error, None, paused=True)
+            raise Pause(_paused_waiting_on(key, attempt, error))
         if not policy.retries(exc, attempt):
             self._record(key, name, "failed", None, error, started, attempt, kind=kind)
             log_attempt(self.run_id, key, attempt, policy, error, None)
@@ -385,15 +394,28 @@ class _StepRaised(Exception):
     """Carries a step's own exception out of its atomic block, so the block rolls back."""
 
 
-def log_attempt(run_id, key: str, attempt: int, policy: RetryPolicy, error: str, retry_in: float | None) -> None:
-    """One log line for a failed attempt of a step: retried (WARNING) or failed for good (ERROR)."""
-    if retry_in is None:
+def log_attempt(run_id, key: str, attempt: int, policy: RetryPolicy, error: str, retry_in: float | None,
+                paused: bool = False) -> None:
+    """One log line for a failed attempt of a step: retried (WARNING), or failed for good or its
+    run paused (ERROR)."""
+    if paused:
+        logger.error("Run %s step %r failed at attempt %d: %s; the run is paused for an operator (retry_run() "
+                     "resumes it).", run_id, key, attempt, serialization.error_line(error))
+    elif retry_in is None:
         logger.error("Run %s step %r failed for good at attempt %d: %s", run_id, key, attempt,
                      serialization.error_line(error))
     else:
         logger.warning("Run %s step %r: attempt %d of %d failed (%s); retrying %s.", run_id, key, attempt,
                        policy.max_attempts, serialization.error_line(error),
                        f"in {retry_in:.1f} s" if retry_in > 0 else "at once")
+
+
+def _paused_waiting_on(key, attempts, error) -> str:
+    """Why a paused run waits: the step and its error's type (not its message: `waiting_on` is
+    shown to those who may not see payloads)."""
+    parts = serialization.error_parts(error, limit=200) if error else None
+    kind = str((parts or {}).get("type") or "an error").rpartition(".")[2]
+    return f"an operator: step {key!r} failed {attempts} time{'s' if attempts != 1 else ''} ({kind})"
 
 
 def _retry_waiting_on(key, attempt, policy, retry_at) -> str:

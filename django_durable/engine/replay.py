@@ -17,6 +17,7 @@ from ..interrupts import (
     CompensationFailed,
     DatabaseUnavailable,
     LeaseLost,
+    Pause,
     Preempted,
     RunTimedOut,
     Suspend,
@@ -223,7 +224,7 @@ class Session:
                 if signals.listened(signals.step_completed, self.workflow):
                     signals.send(signals.step_completed, self.workflow, run_id=self.claim.run_id, key=record.key,
                                  result=serialization.decode(record.result), attempts=record.attempts)
-            elif record.status in ("failed", "retrying"):
+            elif record.status in ("failed", "retrying", "paused"):
                 self._step_failed(record.key, record.error, record.attempts, record.status == "retrying")
 
     def _told(self, record) -> None:
@@ -315,6 +316,8 @@ def _advance(claim, run, should_stop, chain) -> Outcome:
         value = _call(definition, context, args, kwargs)
     except NonDeterminismError as exc:
         return _block(claim, run, session, exc)
+    except Pause as pause:
+        return _pause(claim, run, session, pause)
     except Suspend as suspend:
         return _wait(claim, session, suspend)
     except Preempted:
@@ -395,6 +398,31 @@ def _block(claim, run, session, exc: NonDeterminismError) -> Outcome:
         logger.warning("Run %s: its blocking was not written to its audit trail (%s).", claim.run_id, error)
     signals.send(signals.run_blocked, run.workflow, run_id=claim.run_id, reason=str(exc))
     return Outcome.BLOCKED
+
+
+def _pause(claim, run, session, pause: Pause) -> Outcome:
+    """A step failed for good under a policy that pauses: hold the run for an operator (``paused``).
+
+    Nothing fails: its journal (the step's entry ``paused``, with its errors), waits and children
+    stay. Its item waits like a waiting run's; woken (a signal, a timer), the run reaches the
+    paused step again and holds again. durable.retry_run() resumes it: the step goes again with
+    fresh attempts, on the code installed then. Recorded once, when the step paused.
+    """
+    records = session.take_pending()
+    if not workpool.release(claim, run_status=RunStatus.PAUSED, waiting_on=pause.waiting_on, records=records,
+                            then=session.chain()):
+        return Outcome.LOST
+    session.committed(records)
+    paused = next((record for record in records if record.status == "paused"), None)
+    if paused is not None:
+        try:
+            WorkflowEvent.record(claim.run_id, WorkflowEvent.Type.PAUSED, by=None, message=pause.waiting_on,
+                                 data={"step": paused.key, "attempts": paused.attempts}, db=claim.db)
+        except DatabaseError as error:  # the run is held either way; only the trail misses it
+            logger.warning("Run %s: its pause was not written to its audit trail (%s).", claim.run_id, error)
+        signals.send(signals.run_paused, run.workflow, run_id=claim.run_id, key=paused.key,
+                     error=serialization.decode(paused.error))
+    return Outcome.PAUSED
 
 
 def _finish(claim, run, status, *, result=None, error=None, session=None) -> Outcome:

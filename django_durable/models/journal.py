@@ -36,6 +36,7 @@ class Step(models.Model):
         WAITING = "waiting", "Waiting"
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
+        PAUSED = "paused", "Paused for an operator"
 
     FINAL = frozenset({Status.COMPLETED, Status.FAILED})
     OPEN = frozenset({Status.RUNNING, Status.WAITING, Status.RETRYING})

@@ -172,6 +172,7 @@ class WorkflowEvent(models.Model):
         WORKER_LOST = "worker_lost", "Worker lost; delivered again"
         RECOVERED = "recovered", "Advance given back"
         BLOCKED = "blocked", "Blocked: the code changed"
+        PAUSED = "paused", "Paused: a step's attempts ran out"
         APPROVED = "approved", "Approved"
         REJECTED = "rejected", "Rejected"
 

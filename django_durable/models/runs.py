@@ -112,9 +112,9 @@ class WorkflowRunQuerySet(models.QuerySet):
             condition = idle
         # Named statuses rather than "not terminal": the planner then starts from the few unfinished
         # runs on the status index instead of walking the whole table.
-        # A blocked run is held for an operator on purpose (durable.retry_run() resumes it).
+        # A blocked or paused run is held for an operator on purpose (durable.retry_run() resumes it).
         unfinished = [status for status in WorkflowRun.Status.values
-                      if status not in WorkflowRun.TERMINAL and status != WorkflowRun.Status.BLOCKED]
+                      if status not in WorkflowRun.TERMINAL and status not in WorkflowRun.HELD]
         return self.filter(status__in=unfinished).filter(condition)
 
     def mark_running(self, worker: str) -> int:
@@ -162,10 +162,13 @@ class WorkflowRun(models.Model):
         TIMED_OUT = "timed_out", "Timed out"
         COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
         BLOCKED = "blocked", "Blocked: the code changed"
+        PAUSED = "paused", "Paused: a step's attempts ran out"
 
     TERMINAL = frozenset(
         {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT, Status.COMPENSATION_FAILED}
     )
+    # Unfinished, held for an operator: retry_run() resumes them.
+    HELD = frozenset({Status.BLOCKED, Status.PAUSED})
     # The kinds of wait, by how the engine starts `waiting_on` for each (the admin and the API
     # filter on them: ?waiting_for=signal).
     WAITING_FOR = {
@@ -177,6 +180,7 @@ class WorkflowRun(models.Model):
         "children": ("parallel ", "child workflow "),
         "start": ("starts at ",),
         "code": ("a worker that has ", "a fix of the code"),
+        "operator": ("an operator",),
     }
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)

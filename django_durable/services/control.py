@@ -25,9 +25,9 @@ from .runs import get_run
 Status = WorkflowRun.Status
 EventType = WorkflowEvent.Type
 
-# The states retry_run() restarts a run from; and those it takes a run from, a blocked one resumed.
+# The states retry_run() restarts a run from; and those it takes a run from, a held one resumed.
 RETRYABLE = frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED})
-RESUMABLE = RETRYABLE | {Status.BLOCKED}
+RESUMABLE = RETRYABLE | WorkflowRun.HELD
 
 
 def cancel(run_id, reason: str | None = None, *, by: str | None = None) -> WorkflowRun:
@@ -94,15 +94,20 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
 
     A ``blocked`` run (its code changed under it) is resumed: its next worker replays it
     against the code installed now, where it stopped, with nothing of it reset; if the code
-    still differs from its journal it is blocked again.
+    still differs from its journal it is blocked again. A ``paused`` run (a step's attempts ran
+    out under ``RetryPolicy(on_exhausted="pause")``) is resumed the same way, its paused step
+    tried again with fresh attempts (its errors so far kept in its entry).
     """
     pk = run_pk(run_id)
     db = conf.get("DATABASE")
     with transaction.atomic(using=db):
         run = lock_run(pk, db)
-        if run.status == Status.BLOCKED:
+        if run.status in WorkflowRun.HELD:
+            if run.status == Status.PAUSED:
+                Step.objects.using(db).filter(run_id=pk, status=Step.Status.PAUSED).update(
+                    status=Step.Status.RETRYING, attempts=0, retry_at=None)
             _give_advance_back(run, db)
-            WorkflowEvent.record(pk, EventType.RETRIED, by=by, data={"from": Status.BLOCKED}, db=db)
+            WorkflowEvent.record(pk, EventType.RETRIED, by=by, data={"from": run.status}, db=db)
             run.refresh_from_db()
             return run
         check_restartable(run, db)
@@ -278,7 +283,7 @@ def recover(run_ids=None, *, by: str | None = None) -> list[uuid.UUID]:
 
 def _give_advance_back(run: WorkflowRun, db: str) -> None:
     """Queue the locked, unfinished `run`'s advance, ready now; the run waits for it (pending)."""
-    workpool.back_to_pending(run.pk, db=db, item={"step_key": ""}, from_statuses=[Status.RUNNING, Status.BLOCKED])
+    workpool.back_to_pending(run.pk, db=db, item={"step_key": ""}, from_statuses=[Status.RUNNING, *WorkflowRun.HELD])
     workpool.notify(db)
 
 

@@ -1,7 +1,7 @@
 """Repairs by filter: retry, rerun from a step, cancel or force-fail every run that matches a filter.
 
 First plan(): how many runs match, how many of them the action may take (a retry takes failed,
-timed-out, cancelled and blocked runs; a cancel or a forced failure unfinished ones), and a sample.
+timed-out, cancelled, blocked and paused runs; a cancel or a forced failure unfinished ones), and a sample.
 Then start(): the built-in workflow ``durable.repair`` applies the action to the runs the plan saw
 (those whose id is at most the newest one matched then), a batch a step, each run through the
 same service the run page uses, in a transaction of its own, audited with who asked. A worker
@@ -67,7 +67,7 @@ class Repair:
 
 
 REPAIRS = {repair.name: repair for repair in (
-    Repair("retry", "retried", _retry, (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.BLOCKED),
+    Repair("retry", "retried", _retry, (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, *WorkflowRun.HELD),
            "retry_workflowrun"),
     Repair("rerun", "rerun from the step", _fork, None, "start_workflowrun"),
     Repair("cancel", "cancelled", _cancel, UNFINISHED, "cancel_workflowrun"),

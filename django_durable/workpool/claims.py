@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     # The run waits (a timer, a message, its branches or children), or is held for an operator.
     WAITING = "waiting"
     BLOCKED = "blocked"
+    PAUSED = "paused"
     RETRYING = "retrying"  # the run, or the branch, goes again after a back-off
     RELEASED = "released"  # handed back, ready at once (the worker is stopping)
     DEFERRED = "deferred"  # handed back for a worker that has its code

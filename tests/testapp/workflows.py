@@ -459,6 +459,24 @@ def repairable(ctx, order):
     return ctx.step("charge", mark, ctx.run_id, "charge", order)
 
 
+def declined_while(run_id, key, flag):
+    """Raise (a retryable error) while the file `flag` exists."""
+    ledger.record(run_id, key)
+    if os.path.exists(flag):
+        raise ValueError(f"card declined while {os.path.basename(flag)} exists")
+    return key
+
+
+@durable.workflow("tests.pauses", retry=durable.RetryPolicy(max_attempts=2, initial_backoff=0, jitter=0,
+                                                            on_exhausted="pause"))
+def pauses(ctx, flag):
+    """A step before, a child and a wait for "go", then a step that pauses the run while `flag` exists (test_pause)."""
+    ctx.step("before", mark, ctx.run_id, "before")
+    ctx.start_child("kid", "tests.approval")
+    ctx.wait_for_signal("go")
+    return ctx.step("charge", declined_while, ctx.run_id, "charge", flag)
+
+
 @durable.workflow("tests.squares")
 def squares(ctx, n):
     return ctx.parallel([ctx.call(f"sq:{i}", square, ctx.run_id, i) for i in range(n)], key="sq")

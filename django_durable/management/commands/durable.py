@@ -91,7 +91,7 @@ class Command(BaseCommand):
         signal.add_argument("--payload", default="null", help="JSON")
         signal.add_argument("--idempotency-key")
 
-        retry = commands.add_parser("retry", help="run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked one")
+        retry = commands.add_parser("retry", help="run a failed, timed-out or cancelled run again from its last checkpoint, or resume a blocked or paused one")
         retry.add_argument("run_id")
 
         repair = commands.add_parser("repair", help="retry, rerun from a step, cancel or force-fail every run "
