@@ -88,6 +88,7 @@ __all__ = [
     "await_result",
     "cancel",
     "cancel_runs_on_delete",
+    "clear_queue",
     "current_step",
     "decide",
     "duplicate",
@@ -98,14 +99,17 @@ __all__ = [
     "force_fail",
     "fork",
     "get_run",
+    "pause_queue",
     "read_stream",
     "plan_repair",
     "recover",
     "release_claim",
     "repair",
+    "resume_queue",
     "retry_rollback",
     "retry_run",
     "runs_for",
+    "set_queue_limits",
     "signal",
     "skip_step",
     "start",
@@ -137,6 +141,7 @@ _LAZY["update"] = "services.updates"
 _LAZY["read_stream"] = _LAZY["AbandonedValues"] = "services.streams"
 _LAZY["workflows"] = "catalog"
 _LAZY["plan_repair"] = _LAZY["repair"] = "services.repairs"
+_LAZY.update(dict.fromkeys(("pause_queue", "resume_queue", "set_queue_limits", "clear_queue"), "services.queue_control"))
 _LAZY["cancel_runs_on_delete"] = "subjects"
 _LAZY.update(decide="services.approvals", approval_link="services.approvals", approvals_for="services.approvals")
 

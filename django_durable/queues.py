@@ -17,11 +17,20 @@ its end (a crashed worker's item counts until its lease runs out and the reaper 
 workflow run counts while one of its items is being processed, not while it sleeps or waits.
 A rate limit spaces the claims of the queue evenly: "10/s" is one claim every 100 ms at most, so
 any window of T seconds holds at most 10·T + 1 claims (a task's execution, or a workflow's advance).
+
+Queues are also steered at runtime (services/queue_control.py): paused, or given limits that
+override the setting until cleared, in the table QueueControl. A pause is read by the claim
+statement itself (WorkItemQuerySet.ready() leaves out the paused queues' items), so every worker's
+next claim honours it; the limits are the setting's with the overrides on top, as a worker last
+read them (refresh(), at most once a second, before a claim).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+import time
 from dataclasses import dataclass
 
 from . import conf
@@ -134,35 +143,86 @@ def _fairness(queue: str, value) -> tuple[bool, tuple[tuple[str, int], ...]]:
     return True, tuple(sorted((key, weight) for key, weight in weights.items() if weight != 1))
 
 
-_parsed: tuple = (None, {}, {}, {})
+# The limits set at runtime (QueueControl) as this process last read them (refresh()): (name,
+# concurrency, key_concurrency, rate_limit) of each queue that has one, sorted by name.
+_controls: tuple = ()
+_read_at = -math.inf  # time.monotonic() of the last read
+REFRESH_SECONDS = 1.0
+CONTROLS_SQL = ("SELECT name, concurrency, key_concurrency, rate_limit FROM durable_queue_control "
+                "WHERE concurrency IS NOT NULL OR key_concurrency IS NOT NULL OR rate_limit <> '' ORDER BY name")
+
+
+def refresh(db: str, *, force: bool = False, rows=None) -> None:
+    """Read the limits set at runtime (QueueControl) again, if the last read is a second old (or
+    `force`): a worker does before a claim, so a change made on one host is in force on every
+    worker within a second. (A pause needs none of this: the claim statement reads it.) `rows`:
+    QueueControl's (name, concurrency, key_concurrency, rate_limit), read by the caller already."""
+    global _controls, _read_at
+    now = time.monotonic()
+    if rows is None and not force and now - _read_at < REFRESH_SECONDS:
+        return
+    if rows is None:
+        from django.db import connections
+
+        with connections[db].cursor() as cursor:
+            cursor.execute(CONTROLS_SQL)
+            rows = cursor.fetchall()
+    rows = tuple(sorted(tuple(row) for row in rows if row[1] is not None or row[2] is not None or row[3]))
+    _read_at = now
+    if rows != _controls:
+        _controls = rows
+
+
+def _overridden(queues: dict[str, QueueLimits]) -> dict[str, QueueLimits]:
+    """The setting's queues with the runtime overrides (QueueControl) on top."""
+    merged = dict(queues)
+    for name, concurrency, key_concurrency, rate_limit in _controls:
+        limits = merged.get(name) or QueueLimits(name)
+        changes = {}
+        if concurrency is not None:
+            changes["concurrency"] = concurrency
+        if key_concurrency is not None:
+            changes["key_concurrency"] = key_concurrency
+        if rate_limit:
+            try:
+                changes["rate"] = parse_rate(rate_limit)
+            except ValueError:  # (checked when set: a row edited by hand keeps the setting's rate)
+                pass
+        merged[name] = dataclasses.replace(limits, **changes)
+    return merged
+
+
+_parsed: tuple = (None, (), {}, {}, {})
 
 
 def _setting() -> tuple:
-    """(the setting, its queues with a limit, its fair queues, both), parsed once for each value of it."""
+    """(the setting, the overrides, its queues with a limit, its fair queues, both), made once for
+    each value of the setting and of the overrides."""
     global _parsed
     setting = conf.get("QUEUES")
-    if _parsed[0] is not setting:
-        queues = parse(setting) if setting else {}
+    if _parsed[0] is not setting or _parsed[1] is not _controls:
+        queues = _overridden(parse(setting) if setting else {})
         limited = {name: limits for name, limits in queues.items()
                    if (limits.concurrency, limits.key_concurrency, limits.rate) != (None, None, None)}
         fair = {name: limits for name, limits in queues.items() if limits.fair}
-        _parsed = (setting, limited, fair, {name: queues[name] for name in sorted(limited.keys() | fair.keys())})
+        _parsed = (setting, _controls, limited, fair,
+                   {name: queues[name] for name in sorted(limited.keys() | fair.keys())})
     return _parsed
 
 
 def configured() -> dict[str, QueueLimits]:
     """The queues with a limit or fairness, by name: what the overview and `durable stats` show."""
-    return _setting()[3]
+    return _setting()[4]
 
 
 def limited() -> dict[str, QueueLimits]:
     """The queues that have a limit, by name. (Fairness is not a limit: it orders, it holds nothing back.)"""
-    return _setting()[1]
+    return _setting()[2]
 
 
 def fair(queue: str) -> QueueLimits | None:
     """The settings of `queue` if its concurrency keys take turns ("fairness"), else None."""
-    return _setting()[2].get(queue)
+    return _setting()[3].get(queue)
 
 
 def served(queues: list[str] | None) -> list[QueueLimits]:

@@ -121,12 +121,16 @@ def status_table(now, by_hour: dict | None = None):
     return {"columns": columns, "rows": rows, "totals": totals, "unfinished": len(UNFINISHED)}
 
 
-def queue_lag(now):
-    """Per queue with work ready, running or a limit (DURABLE_QUEUES): how many items are ready
-    now and how long the oldest has waited (the partial index), how many are being processed,
-    the queue's limits and whether they hold work back now."""
+def queue_lag(now, paused: dict[str, str] | None = None):
+    """Per queue with work ready, running, a limit (DURABLE_QUEUES, or set at runtime) or paused:
+    how many items are ready now and how long the oldest has waited (the partial index), how many
+    are being processed, the queue's limits and whether they hold work back now. `paused`: the
+    paused queues and why, when the caller read them already."""
+    from .models import QueueControl
     from .queues import configured
 
+    if paused is None:
+        paused = dict(QueueControl.objects.filter(paused=True).values_list("name", "reason"))
     ready = {queue: (n, oldest) for queue, n, oldest in (
         WorkItem.objects.filter(status=WorkItem.Status.PENDING, available_at__lte=now).order_by()
         .values_list("queue").annotate(n=Count("pk"), oldest=Min("available_at"))
@@ -135,7 +139,7 @@ def queue_lag(now):
                    .values_list("queue").annotate(n=Count("pk")))
     limits = configured()
     rows = []
-    for queue in sorted(ready.keys() | running.keys() | limits.keys()):
+    for queue in sorted(ready.keys() | running.keys() | limits.keys() | paused.keys()):
         n, oldest = ready.get(queue, (0, None))
         limit = limits.get(queue)
         waited = (now - oldest).total_seconds() if oldest is not None else None
@@ -144,7 +148,7 @@ def queue_lag(now):
                      "lag": duration(waited) if waited is not None else "",
                      "running": running.get(queue, 0),
                      "limits": limit.describe() if limit is not None else "",
-                     "full": full})
+                     "full": full, "paused": queue in paused, "reason": paused.get(queue, "")})
     return rows
 
 

@@ -482,8 +482,9 @@ def test_the_overview_and_a_run_page_cost_a_fixed_number_of_queries(admin_client
     for x in range(20):
         durable.start("tests.raises")
     drain()
-    # At most 14, and on PostgreSQL one more: who holds VACUUM's horizon back (django_durable.horizon).
-    assert count_queries(admin_client, "/admin/django_durable/overview/") == before <= (15 if ON_POSTGRES else 14)
+    # At most 15 (one of them the queues steered at runtime), and on PostgreSQL one more: who holds
+    # VACUUM's horizon back (django_durable.horizon).
+    assert count_queries(admin_client, "/admin/django_durable/overview/") == before <= (16 if ON_POSTGRES else 15)
 
 
 def test_the_overview_counts_a_past_hour_once_and_then_reads_it_from_the_cache():

@@ -514,7 +514,8 @@ def test_the_schema_documents_every_route_and_validates(api):
         ("/workflows/definitions/{name}/", "get"), ("/workflows/definitions/{name}/describe/", "post"),
         ("/workflows/{id}/fork/", "post"), ("/workflows/repair/", "post"), ("/workflows/{id}/updates/{name}/", "post"),
         ("/workflows/{id}/updates/{name}/{update_id}/", "get"), ("/workflows/{id}/stream/", "get"), ("/approvals/", "get"),
-        ("/workflows/{id}/approvals/{key}/", "post"),
+        ("/workflows/{id}/approvals/{key}/", "post"), ("/queues/", "get"), ("/queues/{name}/", "delete"),
+        ("/queues/{name}/pause/", "post"), ("/queues/{name}/resume/", "post"), ("/queues/{name}/limits/", "put"),
     }
     for path, item in schema["paths"].items():
         for method, operation in item.items():

@@ -59,6 +59,7 @@ def test_a_plan_counts_and_samples_and_changes_nothing():
     ({"status": 5}, "not a run status"),
     ({"status": ["failed", {"x": 1}]}, "not a run status"),
     ({"created_after": "2026-11-28T09:00:00"}, "time zone"),
+    ({"created_after": "2026-13-45T09:00:00+00:00"}, "time zone"),
     ({"workflow": 3}, "is a string"),
 ])
 def test_a_filter_is_checked(data, problem):

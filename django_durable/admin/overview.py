@@ -16,7 +16,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ..health import horizon_check
-from ..models import Overview, Schedule, Worker, WorkflowRun, WorkItem
+from ..models import Overview, QueueControl, Schedule, Worker, WorkflowRun, WorkItem
 from ..stats import (
     OUTCOMES,
     finished_by_hour,
@@ -33,10 +33,55 @@ COLOURS = {"completed": "#2e7d32", "failed": "#c62828", "cancelled": "#9e9e9e"} 
 @admin.register(Overview)
 class OverviewAdmin(PageAdmin):
     def get_urls(self):
-        return self.page_urls()
+        from django.urls import path
+
+        return self.page_urls(path("queues/<str:queue>/", self.admin_site.admin_view(self.queue_view),
+                                   name="django_durable_overview_queue"))
+
+    def queue_view(self, request, queue):
+        """Steer a queue from the overview (POST): pause, resume, set or clear its limits."""
+        from django.contrib import messages
+        from django.core.exceptions import PermissionDenied
+        from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+
+        from ..services import queue_control
+
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not request.user.has_perm("django_durable.change_queuecontrol"):
+            raise PermissionDenied
+        by, action = request.user.get_username(), request.POST.get("action", "")
+        try:
+            if action == "pause":
+                queue_control.pause_queue(queue, reason=request.POST.get("reason", ""), by=by)
+                done = f"Paused the queue {queue}: no worker claims from it until it is resumed."
+            elif action == "resume":
+                queue_control.resume_queue(queue, by=by)
+                done = f"Resumed the queue {queue}."
+            elif action == "limits":
+                given = {name: request.POST.get(name, "").strip() for name in ("concurrency", "key_concurrency", "rate_limit")}
+                queue_control.set_queue_limits(
+                    queue, by=by, rate_limit=given["rate_limit"] or None,
+                    **{name: _whole(given[name], name) for name in ("concurrency", "key_concurrency")})
+                done = f"Set the limits of the queue {queue}."
+            elif action == "clear":
+                queue_control.clear_queue(queue, by=by)
+                done = f"The queue {queue} is as DURABLE_QUEUES sets it again."
+            else:
+                raise ValueError(f"Not a change of a queue: {action[:40]!r}.")
+        except ValueError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, done, messages.SUCCESS)
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:django_durable_overview_changelist") + "#durable-queue-lag")
 
     def changelist_view(self, request, extra_context=None):
         self.check_view(request)
+        from .. import conf, queues
+
+        controls = list(QueueControl.objects.values_list("name", "concurrency", "key_concurrency", "rate_limit",
+                                                         "paused", "reason"))
+        queues.refresh(conf.get("DATABASE"), rows=[row[:4] for row in controls])  # the limits as set at runtime too
         now = timezone.now()
         by_hour = finished_by_hour(now)  # the day's whole hours are counted once, then cached
         runs_url = reverse(f"{self.admin_site.name}:django_durable_workflowrun_changelist")
@@ -44,7 +89,7 @@ class OverviewAdmin(PageAdmin):
             request, "Durable workflows: overview",
             now=now, runs_url=runs_url,
             table=status_table(now, by_hour),
-            lag=queue_lag(now),
+            lag=queue_lag(now, paused={name: reason for name, *_, paused, reason in controls if paused}),
             expired_claims=WorkItem.objects.expired().count(),
             workers=worker_summary(),
             hour_chart=chart(finished_buckets(now, dt.timedelta(hours=1), "minute", 5), "5 minutes"),
@@ -54,8 +99,20 @@ class OverviewAdmin(PageAdmin):
             schedules=list(Schedule.objects.filter(status=Schedule.Status.ACTIVE, next_fire_at__isnull=False)
                            .order_by("next_fire_at")[:5]),
             horizon=horizon_check(),
+            can_steer=request.user.has_perm("django_durable.change_queuecontrol"),
+            overridden={name for name, concurrency, key_concurrency, rate_limit, *_ in controls
+                        if concurrency is not None or key_concurrency is not None or rate_limit},
         )
         return TemplateResponse(request, "admin/django_durable/overview.html", context)
+
+
+def _whole(text: str, name: str):
+    """A limit from the form: a positive whole number, or None (blank: no override)."""
+    if not text:
+        return None
+    if not text.isdecimal() or int(text) <= 0:
+        raise ValueError(f"The {name.replace('_', ' ')} is a positive whole number, not {text[:20]!r}.")
+    return int(text)
 
 
 def worker_summary():

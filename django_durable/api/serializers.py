@@ -321,6 +321,31 @@ class RepairPlanSerializer(serializers.Serializer):
     run = serializers.CharField(required=False, help_text="The repair's own run (durable.repair), once started.")
 
 
+class QueueStateSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    paused = serializers.BooleanField()
+    reason = serializers.CharField(allow_blank=True, help_text="Why it was paused.")
+    pending = serializers.IntegerField(help_text="Items waiting in it.")
+    configured = serializers.CharField(help_text="Its limits as DURABLE_QUEUES sets them.")
+    overrides = serializers.DictField(help_text="The limits set at runtime: concurrency, key_concurrency, rate_limit.")
+    in_force = serializers.CharField(help_text="The limits in force now.")
+    changed_at = serializers.DateTimeField(allow_null=True)
+    changed_by = serializers.CharField(allow_blank=True)
+
+
+class QueuePauseSerializer(StrictSerializer):
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class QueueLimitsSerializer(StrictSerializer):
+    concurrency = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False, allow_null=True,
+                                           help_text="Items of the queue running at once; null drops the override.")
+    key_concurrency = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False, allow_null=True,
+                                               help_text="Items of one concurrency key at once; null drops it.")
+    rate_limit = serializers.CharField(max_length=50, required=False, allow_null=True, allow_blank=True,
+                                       help_text="Claims per period, such as \"10/s\"; null drops it.")
+
+
 class DescribeSerializer(StrictSerializer):
     kwargs = serializers.DictField(child=serializers.JSONField(allow_null=True), required=False, default=dict,
                                    help_text="The input to describe the shape for; parameters left out take "

@@ -11,6 +11,7 @@ router = SimpleRouter()
 router.register("workflows/definitions", views.DefinitionViewSet, basename="definition")
 router.register("workflows", views.WorkflowRunViewSet, basename="run")
 router.register("schedules", views.ScheduleViewSet, basename="schedule")
+router.register("queues", views.QueueViewSet, basename="queue")
 
 urlpatterns = [
     *router.urls,

@@ -38,6 +38,9 @@ from .serializers import (
     EventSentSerializer,
     EventSerializer,
     ForkSerializer,
+    QueueLimitsSerializer,
+    QueuePauseSerializer,
+    QueueStateSerializer,
     RepairPlanSerializer,
     RepairSerializer,
     RunSerializer,
@@ -579,6 +582,73 @@ class ScheduleViewSet(DurableView, viewsets.GenericViewSet):
         """Start a run of the schedule's workflow now, outside its fire times."""
         run = schedules.trigger(self.get_object().slug)
         return Response(RunSummarySerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class QueueViewSet(DurableView, viewsets.ViewSet):
+    """Queues steered at runtime: pause, resume, limits that override DURABLE_QUEUES, cleared."""
+
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]{1,100}"
+    required_permissions = {"list": "view_workflowrun", "pause": "change_queuecontrol",
+                            "resume": "change_queuecontrol", "limits": "change_queuecontrol",
+                            "destroy": "change_queuecontrol"}
+
+    def _state(self, name: str) -> dict:
+        from ..services import queue_control
+
+        found = next((state for state in queue_control.queue_states() if state["name"] == name), None)
+        return QueueStateSerializer(found or {"name": name, "paused": False, "reason": "", "pending": 0,
+                                              "configured": "no limits", "overrides": {}, "in_force": "no limits",
+                                              "changed_at": None, "changed_by": ""}).data
+
+    @document(responses={200: QueueStateSerializer(many=True), **errors_for()})
+    def list(self, request):
+        """Every queue with work, limits or a runtime change: paused or not, its limits as set and in force."""
+        from ..services import queue_control
+
+        return Response(QueueStateSerializer(queue_control.queue_states(), many=True).data)
+
+    @document(request=QueuePauseSerializer, responses={200: QueueStateSerializer, **errors_for(400)})
+    @action(detail=True, methods=["post"])
+    def pause(self, request, name=None):
+        """Stop every worker claiming from the queue, from its next claim on (what they hold runs on)."""
+        from ..services import queue_control
+
+        data = _valid(QueuePauseSerializer, request)
+        queue_control.pause_queue(name, reason=data["reason"], by=self.by())
+        return Response(self._state(name))
+
+    @document(request=None, responses={200: QueueStateSerializer, **errors_for(400)})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, name=None):
+        """Let the workers claim from the queue again."""
+        from ..services import queue_control
+
+        queue_control.resume_queue(name, by=self.by())
+        return Response(self._state(name))
+
+    @document(request=QueueLimitsSerializer, responses={200: QueueStateSerializer, **errors_for(400)})
+    @action(detail=True, methods=["put"])
+    def limits(self, request, name=None):
+        """Override the queue's limits of DURABLE_QUEUES (those given; null drops one), on every
+        worker within a second."""
+        from ..services import queue_control
+
+        data = _valid(QueueLimitsSerializer, request)
+        try:
+            queue_control.set_queue_limits(name, by=self.by(), **data)
+        except ValueError as exc:
+            raise exceptions.ValidationError({"limits": [str(exc)]}) from None
+        return Response(self._state(name))
+
+    @document(responses={204: None, **errors_for(404)})
+    def destroy(self, request, name=None):
+        """Clear the queue's runtime changes: not paused, its limits DURABLE_QUEUES' again. 404 if it had none."""
+        from ..services import queue_control
+
+        if not queue_control.clear_queue(name, by=self.by()):
+            raise exceptions.NotFound(f"The queue {name} has no change made at runtime.")
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class SchemaView(DurableView, SpectacularAPIView):

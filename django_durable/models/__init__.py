@@ -11,12 +11,12 @@ from .base import DurableManager
 from .journal import Step
 from .messages import SignalMessage, StoredEvent
 from .operators import Approval, ApprovalDecision, Definition, Overview, Schedule, Worker, WorkflowEvent
-from .pool import FairTurn, QueueState, StartGate, Timer, WorkItem, WorkItemQuerySet
+from .pool import FairTurn, QueueChange, QueueControl, QueueState, StartGate, Timer, WorkItem, WorkItemQuerySet
 from .runs import IdTimeField, SubjectRelation, WorkflowRun, WorkflowRunQuerySet
 from .stored import StoredPayload
 
 __all__ = [
-    "Approval", "ApprovalDecision", "Definition", "DurableManager", "FairTurn", "IdTimeField", "Overview", "QueueState",
+    "Approval", "ApprovalDecision", "Definition", "DurableManager", "FairTurn", "IdTimeField", "Overview", "QueueChange", "QueueControl", "QueueState",
     "StartGate", "Schedule", "SignalMessage", "Step", "StoredEvent", "StoredPayload", "SubjectRelation", "Timer", "Worker",
     "WorkflowEvent", "WorkflowRun", "WorkflowRunQuerySet", "WorkItem", "WorkItemQuerySet",
 ]

@@ -82,6 +82,8 @@ class WorkItemQuerySet(models.QuerySet):
         a full queue, a full concurrency key, a rate not due yet. `ending` is the item whose end
         the claim is part of: it no longer counts as running. `floor` (priority, available_at,
         id) keeps only the items after it in the claim order (workpool/claiming.py, Floors).
+        The items of queues paused at runtime (QueueControl.paused) are left out, by the statement
+        itself: a pause is in force from every worker's next claim.
         """
         # 'pending' is written into the statement, not passed as a parameter: PostgreSQL plans a
         # prepared claim once (a generic plan) only if that plan can use the partial index of
@@ -89,6 +91,7 @@ class WorkItemQuerySet(models.QuerySet):
         qs = self.filter(status=_PENDING, available_at__lte=clock.db_now())
         if queues:
             qs = qs.filter(queue__in=queues)
+        qs = qs.exclude(queue__in=paused_queues())
         if avoid:
             qs = qs.exclude(id__in=avoid)
         if floor is not None:
@@ -298,6 +301,52 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+def paused_queues():
+    """The names of the queues paused at runtime, as a subquery the statement that uses it reads."""
+    return QueueControl.objects.filter(paused=True).values("name")
+
+
+class QueueControl(models.Model):
+    """A queue steered at runtime (services/queue_control.py): paused, or with limits that override
+    DURABLE_QUEUES, until cleared. Workers read these rows before each claim (queues.refresh())."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    concurrency = models.PositiveIntegerField(null=True, blank=True, help_text="Overrides DURABLE_QUEUES' concurrency.")
+    key_concurrency = models.PositiveIntegerField(null=True, blank=True,
+                                                  help_text="Overrides DURABLE_QUEUES' key_concurrency.")
+    rate_limit = models.CharField(max_length=50, blank=True, default="", help_text="Overrides DURABLE_QUEUES' rate_limit.")
+    reason = models.CharField(max_length=500, blank=True, default="")
+    changed_at = models.DateTimeField(db_default=Now())
+    changed_by = models.CharField(max_length=200, blank=True, default="")
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_queue_control"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueChange(models.Model):
+    """The audit trail of queues steered at runtime: who changed what, when."""
+
+    queue = models.CharField(max_length=100)
+    at = models.DateTimeField(db_default=Now())
+    actor = models.CharField(max_length=200, blank=True, default="", help_text="Who: a user name, or empty for code.")
+    change = models.JSONField(default=dict, help_text="What: paused, resumed, limits set or cleared.")
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_queue_change"
+        indexes = [models.Index(fields=["queue", "-at"], name="durable_queue_change_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.change}"
 
 
 class StartGate(models.Model):

@@ -115,7 +115,10 @@ class RunFilter:
             if value in (None, ""):
                 times[name] = None
                 continue
-            moment = value if isinstance(value, dt.datetime) else parse_datetime(str(value))
+            try:
+                moment = value if isinstance(value, dt.datetime) else parse_datetime(str(value))
+            except ValueError:  # well formed, not a date: 2026-13-45
+                moment = None
             if moment is None or moment.tzinfo is None:
                 raise InvalidArguments(f"{name} is a date and time with its time zone, such as "
                                        f"2026-11-28T09:00:00+00:00, not {value!r}.", argument=name)

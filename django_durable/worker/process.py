@@ -73,7 +73,6 @@ class Worker:
         self._most = max(1, int(conf.get("CLAIM_BATCH")))
         self._held: deque[workpool.Claim] = deque()
         self._batch: list[workpool.Ending] = []
-        self._batches: bool | None = None  # whether batches are possible here (workpool.batches)
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -216,6 +215,8 @@ class Worker:
         if claim is not None:
             return claim
         self._flush()  # before claiming anew (and so before idling): the batch's completions
+        if self._size > 1 and not workpool.batches(self.db, self.queues):
+            self._size = 1  # a queue it serves was given limits at runtime: one claim at a time
         if self._size > 1:
             claims = workpool.claim_many(worker=self.name, queues=self.queues, db=self.db, k=self._size)
             # A full batch means a backlog: take more next time; fewer, and the queue is nearly
@@ -231,9 +232,7 @@ class Worker:
         if seconds > QUICK_SECONDS:
             self._size = 1
         elif self._size == 1 and claim.next_claim is not None and self._most > 1 and not self._declined:
-            if self._batches is None:  # (the tables' layout is read at the worker's start)
-                self._batches = workpool.batches(self.db, self.queues)
-            if self._batches:
+            if workpool.batches(self.db, self.queues):  # (a queue given limits at runtime stops them)
                 self._size = 2
 
     def _flush(self) -> None:

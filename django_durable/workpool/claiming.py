@@ -127,6 +127,8 @@ def batches(db: str, queues: list[str] | None) -> bool:
 def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_start: bool = False) -> list[Claim]:
     """Claim up to `k` ready work items for `worker` at once (on PostgreSQL in one statement), each
     with its own token and lease, as claim() would one after the other."""
+    if not from_start:
+        durable_queues.refresh(db)  # (see claimed())
     tokens = [uuid.uuid4() for _ in range(k)]
     floor = None if from_start else floors.of(db, queues)
     started = time.monotonic()
@@ -167,6 +169,7 @@ def claimed(db: str, request: ClaimRequest | None, send, floor: Place | None = _
     if request is None:
         send(None)
         return None
+    durable_queues.refresh(db)  # limits set at runtime (at most once a second)
     token = uuid.uuid4()
     if floor is _OWN_FLOOR:
         floor = floors.of(db, request.queues)

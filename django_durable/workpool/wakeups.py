@@ -12,6 +12,7 @@ from django.db.models import OuterRef, Q, Subquery
 from .. import clock, conf
 from .. import queues as durable_queues
 from ..models import Timer, WorkItem
+from ..models.pool import paused_queues
 from . import queries
 
 NOTIFY_CHANNEL = "durable_work"
@@ -116,13 +117,14 @@ def held_back(*, queues: list[str] | None, db: str) -> bool:
 def pending_work(*, queues: list[str] | None, db: str) -> bool:
     """Return True while work is ready now, claimed by some worker, or due from a timer.
 
-    A burst worker keeps going while this holds.
+    A burst worker keeps going while this holds. A queue paused at runtime has no work for it.
     """
     items = WorkItem.objects.using(db).filter(
         Q(status=WorkItem.Status.PENDING, available_at__lte=clock.db_now()) | Q(status=WorkItem.Status.PROCESSING)
     )
     if queues:
         items = items.filter(queue__in=queues)
+    items = items.exclude(queue__in=paused_queues())
     due = Timer.objects.using(db).filter(status=Timer.Status.PENDING, fire_at__lte=clock.db_now())
     # One statement, so one snapshot: asked one after the other, a claim that expires (processing
     # to pending) or a timer that fires (timer fired, item pending) between two questions would

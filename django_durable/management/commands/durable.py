@@ -110,6 +110,16 @@ class Command(BaseCommand):
         repair.add_argument("--wait", type=float, metavar="SECONDS", help="with --apply: wait for it this long")
         repair.add_argument("--json", action="store_true")
 
+        steer = commands.add_parser("queues", help="list the queues; pause, resume, limit or clear one at runtime "
+                                                   "(every worker, every host)")
+        steer.add_argument("action", nargs="?", default="list", choices=["list", "pause", "resume", "limits", "clear"])
+        steer.add_argument("name", nargs="?", metavar="QUEUE")
+        steer.add_argument("--reason", default="", help="pause: why (shown with it)")
+        steer.add_argument("--concurrency", metavar="N", help="limits: items at once (none: drop the override)")
+        steer.add_argument("--key-concurrency", metavar="N", help="limits: items of one key at once (none: drop it)")
+        steer.add_argument("--rate-limit", metavar="RATE", help="limits: such as 10/s (none: drop it)")
+        steer.add_argument("--json", action="store_true")
+
         sched = commands.add_parser("schedules", help="list, sync, pause, resume or trigger schedules")
         sched.add_argument("action", nargs="?", default="list", choices=["list", "sync", "pause", "resume", "trigger"])
         sched.add_argument("slug", nargs="?")
@@ -297,6 +307,39 @@ class Command(BaseCommand):
             return
         skipped = ", ".join(f"{count} {why}" for why, count in result["skipped"].items())
         self.stdout.write(f"{result['done']} {repairs.REPAIRS[action].verb}" + (f"; skipped: {skipped}" if skipped else ""))
+
+    def do_queues(self, *, action, name, reason, concurrency, key_concurrency, rate_limit, json, **_):
+        from django_durable.services import queue_control
+
+        if action != "list":
+            if not name:
+                raise ValueError(f"queues {action} needs a queue's name.")
+            if action == "pause":
+                queue_control.pause_queue(name, reason=reason, by=self.by)
+            elif action == "resume":
+                queue_control.resume_queue(name, by=self.by)
+            elif action == "clear":
+                if not queue_control.clear_queue(name, by=self.by):
+                    self.stdout.write(f"{name}: no change made at runtime to clear")
+                    return
+            else:
+                given = {"concurrency": concurrency, "key_concurrency": key_concurrency, "rate_limit": rate_limit}
+                queue_control.set_queue_limits(name, by=self.by, **{
+                    option: None if value == "none" else value if option == "rate_limit" else _whole(value, option)
+                    for option, value in given.items() if value is not None})
+        states = queue_control.queue_states()
+        if action != "list":
+            states = [state for state in states if state["name"] == name]
+        if json:
+            self._json_out(states)
+            return
+        for state in states:
+            paused = "claimed from"
+            if state["paused"]:
+                paused = f"paused ({state['reason']})" if state["reason"] else "paused"
+            overrides = ", ".join(f"{key} {value}" for key, value in state["overrides"].items())
+            self.stdout.write(f"{state['name']:<24} {paused:<28} {state['pending']:>7} pending  limits: {state['in_force']}"
+                              + (f" (set at runtime: {overrides})" if overrides else ""))
 
     # -- schedules, housekeeping ---------------------------------------------------------------------
 
@@ -613,6 +656,13 @@ def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
             for s in run.steps.order_by("seq")
         ]
     return data
+
+
+def _whole(text: str, option: str) -> int:
+    """--concurrency and --key-concurrency: a positive whole number."""
+    if not text.isdecimal() or int(text) <= 0:
+        raise ValueError(f"--{option.replace('_', '-')} takes a positive whole number (or none), not {text!r}.")
+    return int(text)
 
 
 def _number(text: str, what: str) -> float:
