@@ -57,3 +57,10 @@ def test_the_check_finds_each_kind_of_plan_it_refuses():
         "Index Scan on durable_work_item using durable_work_item_ready_q with no index condition"]
     assert plans.offenders(sort) == ["Sort (priority DESC)"]
     assert plans.offenders(probe) == plans.offenders(first_ready) == plans.offenders(each_queue) == []
+    disabled = {"Node Type": "Limit", "Total Cost": 1e10 + 23, "Plans": [
+        {"Node Type": "Index Scan", "Relation Name": "durable_work_item", "Index Name": "durable_work_item_ready",
+         "Index Cond": "available_at <= now()", "Total Cost": 1e10 + 20, "Plans": [
+             {"Node Type": "Seq Scan", "Relation Name": "durable_queue_control", "Total Cost": 1e10 + 10}]}]}
+    assert plans.offenders(disabled) == [
+        "Seq Scan on durable_queue_control priced as disabled (a statement this costly is compiled by the JIT at "
+        "each execution)"]

@@ -41,6 +41,9 @@ TABLES = {"durable_work_item", "durable_workflow_run", "durable_step", "durable_
 # Indexes whose rows are few by design, whatever the table holds: the claimed items (at most one per
 # worker slot), which a limited queue's claim counts.
 SMALL = {"durable_work_item_claimed"}
+# The cost PostgreSQL gives a node of a kind its settings turn off (enable_seqscan = off): what a
+# batch's claim sets; a plan that still needs such a node is priced past jit_above_cost.
+DISABLED = 1e9
 STATES = ("never-analyzed", "bulk-loaded", "analyzed-empty", "held-snapshot", "partitioned")
 GOLDEN = ROOT / "tests" / "golden" / "postgres_statements.sql"
 GOLDEN_PARTITIONED = ROOT / "tests" / "golden" / "postgres_statements_partitioned.sql"
@@ -127,6 +130,10 @@ def offenders(plan: dict, under_limit: bool = False) -> list[str]:
     """
     found = []
     kind, relation = plan.get("Node Type", ""), plan.get("Relation Name")
+    if plan.get("Total Cost", 0) >= DISABLED:  # (a parent's cost includes its children's: name the node)
+        if not any(child.get("Total Cost", 0) >= DISABLED for child in plan.get("Plans", [])):
+            found.append(f"{kind} on {relation or 'a subquery'} priced as disabled (a statement this costly "
+                         f"is compiled by the JIT at each execution)")
     if kind == "Seq Scan" and relation in TABLES:
         found.append(f"Seq Scan on {relation}")
     elif kind in ("Sort", "Incremental Sort") and _reads_unbounded(plan):
