@@ -28,6 +28,7 @@ from ..models import WorkflowRun
 REPAIR_WORKFLOW = "durable.repair"
 Status = WorkflowRun.Status
 UNFINISHED = tuple(status for status in Status.values if status not in WorkflowRun.TERMINAL)
+ERRORED = tuple(sorted(WorkflowRun.TERMINAL - {Status.COMPLETED}))
 
 
 def _retry(pk, reason: str, from_step: str, by: str) -> None:
@@ -143,7 +144,10 @@ class RunFilter:
 
     def runs(self, db: str) -> QuerySet:
         """The runs that match (never the repairs' own)."""
-        lookups = {"workflow": self.workflow, "status__in": self.statuses, "queue": self.queue,
+        # An error is kept by a run that ended otherwise than completed: without statuses, an error's
+        # text is looked for among those (through the status index), not in every run there is.
+        statuses = self.statuses or (ERRORED if self.error else ())
+        lookups = {"workflow": self.workflow, "status__in": statuses, "queue": self.queue,
                    "created_at__gte": self.created_after, "created_at__lt": self.created_before,
                    "error__icontains": self.error}
         return WorkflowRun.objects.using(db).exclude(workflow=REPAIR_WORKFLOW).filter(
