@@ -149,3 +149,25 @@ def test_a_repair_by_filter_resumes_paused_runs(tmp_path):
     durable.repair("retry", status="paused", by="ops")
     drain()
     assert WorkflowRun.objects.get(pk=child.pk).status == "completed"
+
+
+def test_a_parallel_branch_out_of_attempts_pauses_its_run_and_its_siblings_finish(tmp_path):
+    flag = tmp_path / "declined"
+    flag.touch()
+    run = durable.start("tests.pauses_a_branch", str(flag))
+    drain()
+    paused = WorkflowRun.objects.get(pk=run.pk)
+    assert paused.status == "paused" and paused.waiting_on == "an operator: step 'card' failed 2 times (ValueError)"
+    assert ledger_counts(run.pk) == {"ok": 1, "card": 2}
+    assert dict(Step.objects.filter(run=run).values_list("key", "status")) == {
+        "pay": "waiting", "ok": "completed", "card": "paused"}
+    assert WorkflowEvent.objects.get(run_id=run.pk, type="paused").data == {"step": "card", "attempts": 2}
+    durable.signal(run.pk, "unrelated")  # woken, it holds again; the branch is not tried
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "paused" and ledger_counts(run.pk)["card"] == 2
+    flag.unlink()
+    durable.retry_run(run.pk, by="ops")
+    drain()
+    done = WorkflowRun.objects.get(pk=run.pk)
+    assert done.status == "completed" and done.get_result() == ["ok", "card"]
+    assert ledger_counts(run.pk) == {"ok": 1, "card": 3}

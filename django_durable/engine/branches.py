@@ -16,9 +16,12 @@ from ..retry import RetryPolicy
 from ..workpool import Outcome
 from . import asyncs
 from .alarm import Alarm
-from .composition import current_step, resolve
+from .composition import current_step, paused_waiting_on, resolve
 from .context import log_attempt
 from ..journal import as_datetime
+
+# A paused branch's item is ready at this time, which never comes: it waits for retry_run().
+HELD_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc)
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -159,6 +162,8 @@ def _failed(claim, spec, policy, attempt, exc, started, chain, deadline=None) ->
         log_attempt(claim.run_id, claim.step_key, attempt, policy, error, delay)
         signals.send(signals.step_failed, claim.run.workflow, will_retry=True, **signal_args)
         return Outcome.RETRYING
+    if not cancelled and policy.pauses(exc):
+        return _paused(claim, spec, policy, attempt, error, started, deadline, chain, signal_args)
     record = _record(claim, spec, "failed", None, error, attempt, started, deadline)
     fail_fast = not spec.get("return_exceptions", False)
     if not _write(workpool.finish_branch, claim, record, failed=True, fail_fast=fail_fast, then=chain()):
@@ -166,6 +171,22 @@ def _failed(claim, spec, policy, attempt, exc, started, chain, deadline=None) ->
     log_attempt(claim.run_id, claim.step_key, attempt, policy, error, None)
     signals.send(signals.step_failed, claim.run.workflow, will_retry=False, **signal_args)
     return Outcome.FAILED
+
+
+def _paused(claim, spec, policy, attempt, error, started, deadline, chain, signal_args) -> Outcome:
+    """The branch ran out of attempts under a policy that pauses: its entry is recorded paused and
+    its item waits, not claimable (HELD_UNTIL), uncounted in its group; its run is held paused for an
+    operator, whose retry_run() makes the item ready again with fresh attempts. Its siblings go on."""
+    record = _record(claim, spec, "paused", None, error, attempt, started, deadline)
+    if not _write(workpool.retry_branch, claim, record, retry_at=HELD_UNTIL, then=chain()):
+        return Outcome.LOST
+    waiting_on = paused_waiting_on(claim.step_key, attempt, error)
+    workpool.hold_paused(claim.run_id, waiting_on, db=claim.db, key=claim.step_key, attempts=attempt)
+    log_attempt(claim.run_id, claim.step_key, attempt, policy, error, None, paused=True)
+    signals.send(signals.step_failed, claim.run.workflow, will_retry=False, **signal_args)
+    signals.send(signals.run_paused, claim.run.workflow, run_id=claim.run_id, key=claim.step_key,
+                 error=signal_args["error"])
+    return Outcome.PAUSED
 
 
 def _write(end, claim, record, **kwargs) -> bool:

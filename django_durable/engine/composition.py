@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import clock, ids, registry, serialization, telemetry
 from ..journal import fingerprint
 from ..exceptions import ChildFailed, StepFailed
-from ..interrupts import CompensationFailed, Suspend
+from ..interrupts import CompensationFailed, Pause, Suspend
 from ..retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -201,6 +201,10 @@ class Composition:
                 name = _importable_name(call.fn).replace(":", ".")
                 self._check_call(call.key, branch, fingerprint(name, call.fn, call.args, call.kwargs), name,
                                  call.fn, call.args, call.kwargs)
+        paused = next((b for b in branches if b is not None and b.status == "paused"), None)
+        if paused is not None:  # held for an operator (RetryPolicy(on_exhausted="pause")) until resumed
+            self._stop_if_cancelled()
+            raise Pause(paused_waiting_on(paused.key, paused.attempts, paused.error))
         finished = [b for b in branches if b is not None and b.status in ("completed", "failed")]
         failures = [b for b in finished if b.status == "failed"]
         if failures and not return_exceptions:
@@ -235,6 +239,7 @@ class Composition:
                     "max_backoff": policy.max_backoff,
                     "jitter": policy.jitter,
                     "non_retryable": [_importable_name(t) for t in policy.non_retryable],
+                    **({"on_exhausted": policy.on_exhausted} if policy.on_exhausted != "fail" else {}),
                 },
                 "timeout": call.timeout,
                 "return_exceptions": return_exceptions,
@@ -324,6 +329,14 @@ def _recorded_child(entry) -> uuid.UUID | None:
     if entry.status in ("completed", "failed"):
         return None
     return uuid.UUID(serialization.decode(entry.result))
+
+
+def paused_waiting_on(key, attempts, error) -> str:
+    """Why a paused run waits: the step and its error's type (not its message: `waiting_on` is
+    shown to those who may not see payloads)."""
+    parts = serialization.error_parts(error, limit=200) if error else None
+    kind = str((parts or {}).get("type") or "an error").rpartition(".")[2]
+    return f"an operator: step {key!r} failed {attempts} time{'s' if attempts != 1 else ''} ({kind})"
 
 
 def step_timeout(timeout) -> float | None:

@@ -22,7 +22,7 @@ from ..exceptions import CODE_FAILURES, ApprovalTimeout, Cancelled, NonDetermini
 from ..interrupts import CancelRequested, Pause, Suspend
 from ..retry import RetryPolicy
 from . import asyncs, live
-from .composition import Composition, current_step, step_timeout
+from .composition import Composition, current_step, paused_waiting_on, step_timeout
 from .flow import Flow
 from ..journal import as_datetime
 from .waits import Waits
@@ -192,7 +192,7 @@ class Context(Waits, Composition, Flow):
         """Return (attempt, deadline) for a step an earlier advance left running, retrying or paused."""
         if entry.status == "paused":  # held for an operator: woken (a signal, a timer), it holds again
             self._stop_if_cancelled()
-            raise Pause(_paused_waiting_on(key, entry.attempts, entry.error))
+            raise Pause(paused_waiting_on(key, entry.attempts, entry.error))
         if entry.status == "retrying":
             retry_at = as_datetime(entry.retry_at)
             if retry_at is not None and not self._session.passed(retry_at):
@@ -219,7 +219,7 @@ class Context(Waits, Composition, Flow):
         if not policy.retries(exc, attempt) and policy.pauses(exc) and kind == "step":
             self._record(key, name, "paused", None, error, started, attempt, kind=kind)
             log_attempt(self.run_id, key, attempt, policy, error, None, paused=True)
-            raise Pause(_paused_waiting_on(key, attempt, error))
+            raise Pause(paused_waiting_on(key, attempt, error))
         if not policy.retries(exc, attempt):
             self._record(key, name, "failed", None, error, started, attempt, kind=kind)
             log_attempt(self.run_id, key, attempt, policy, error, None)
@@ -408,14 +408,6 @@ def log_attempt(run_id, key: str, attempt: int, policy: RetryPolicy, error: str,
         logger.warning("Run %s step %r: attempt %d of %d failed (%s); retrying %s.", run_id, key, attempt,
                        policy.max_attempts, serialization.error_line(error),
                        f"in {retry_in:.1f} s" if retry_in > 0 else "at once")
-
-
-def _paused_waiting_on(key, attempts, error) -> str:
-    """Why a paused run waits: the step and its error's type (not its message: `waiting_on` is
-    shown to those who may not see payloads)."""
-    parts = serialization.error_parts(error, limit=200) if error else None
-    kind = str((parts or {}).get("type") or "an error").rpartition(".")[2]
-    return f"an operator: step {key!r} failed {attempts} time{'s' if attempts != 1 else ''} ({kind})"
 
 
 def _retry_waiting_on(key, attempt, policy, retry_at) -> str:

@@ -104,8 +104,10 @@ def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:
         run = lock_run(pk, db)
         if run.status in WorkflowRun.HELD:
             if run.status == Status.PAUSED:
-                Step.objects.using(db).filter(run_id=pk, status=Step.Status.PAUSED).update(
-                    status=Step.Status.RETRYING, attempts=0, retry_at=None)
+                paused = Step.objects.using(db).filter(run_id=pk, status=Step.Status.PAUSED)
+                keys = list(paused.values_list("key", flat=True))
+                paused.update(status=Step.Status.RETRYING, attempts=0, retry_at=None)
+                workpool.ready_branches(pk, keys, db=db)  # a paused branch's item, held until now
             _give_advance_back(run, db)
             WorkflowEvent.record(pk, EventType.RETRIED, by=by, data={"from": run.status}, db=db)
             run.refresh_from_db()

@@ -45,7 +45,7 @@ from .claims import (
 )
 from .holds import Claim, Ending
 from .leases import lease_expiry, lease_seconds
-from .pending import back_to_pending
+from .pending import back_to_pending, hold_paused, ready_branches
 from .reaping import PROCESS_GONE, WorkerLost, reap, release_worker
 from .rows import RunState
 from .wakeups import (
@@ -64,7 +64,7 @@ __all__ = [
     "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
     "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_by_itself", "finish_branch", "finish_run",
     "finish_runs", "fire_timers",
-    "held_back", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
+    "held_back", "hold_paused", "ready_branches", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",
     "retry_run", "unclaim", "wake",
 ]

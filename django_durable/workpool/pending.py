@@ -35,3 +35,30 @@ def back_to_pending(run_id, *, db: str, from_statuses=None, waiting_on: str = ""
     WorkflowRun.objects.using(db).filter(pk=run_id).back_to_pending(from_statuses=from_statuses,
                                                                     waiting_on=waiting_on, **fields)
     return changed
+
+
+def hold_paused(run_id, waiting_on: str, *, db: str, key: str, attempts: int) -> bool:
+    """A branch of the run ran out of attempts under a policy that pauses: hold the run ``paused``
+    for an operator (unless it ended or is being cancelled meanwhile), with an audit entry. Return
+    whether it was held. The branch's own write (its entry paused, its item held) came first."""
+    from django.db import transaction
+
+    from .. import clock
+    from ..models import WorkflowEvent
+
+    with transaction.atomic(using=db):
+        held = (WorkflowRun.objects.using(db).filter(pk=run_id, cancel_requested_at__isnull=True).unfinished()
+                .update(status=WorkflowRun.Status.PAUSED, waiting_on=waiting_on[:500], updated_at=clock.db_now()))
+        if held:
+            WorkflowEvent.record(run_id, WorkflowEvent.Type.PAUSED, by=None, message=waiting_on,
+                                 data={"step": key, "attempts": attempts}, db=db)
+    return bool(held)
+
+
+def ready_branches(run_id, keys, *, db: str) -> int:
+    """Make the held items of these branches of the run (paused ones, resumed) ready now; return how many."""
+    from .. import clock
+
+    return (WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.STEP, step_key__in=list(keys),
+                                              status=WorkItem.Status.PENDING)
+            .update(available_at=clock.db_now()))

@@ -477,6 +477,14 @@ def pauses(ctx, flag):
     return ctx.step("charge", declined_while, ctx.run_id, "charge", flag)
 
 
+@durable.workflow("tests.pauses_a_branch", retry=durable.RetryPolicy(max_attempts=2, initial_backoff=0, jitter=0,
+                                                                     on_exhausted="pause"))
+def pauses_a_branch(ctx, flag):
+    """Two parallel branches; "card" pauses the run while `flag` exists (test_pause)."""
+    return ctx.parallel([ctx.call("ok", mark, ctx.run_id, "ok"), ctx.call("card", declined_while, ctx.run_id, "card", flag)],
+                        key="pay")
+
+
 @durable.workflow("tests.squares")
 def squares(ctx, n):
     return ctx.parallel([ctx.call(f"sq:{i}", square, ctx.run_id, i) for i in range(n)], key="sq")
