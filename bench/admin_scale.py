@@ -142,18 +142,22 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=10)
     parser.add_argument("--layout", choices=["partitioned", "plain"], default="partitioned")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--measure-only", action="store_true", help="measure the database as it is (loaded before)")
+    parser.add_argument("--only", default="", help="measure only the pages whose names contain this")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(history.TABLES)}, durable_timer, durable_signal CASCADE")
-    if args.layout == "partitioned":  # monthly partitions since before the history began
-        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=args.days + 2)
-        partitioning.convert(connection.alias, "month", since=since)
-        partitioning.runs.convert(connection.alias, "month", since=since)
-    history.log(f"loading {args.runs:,} runs of {args.steps} steps ({args.layout})")
-    loaded = history.load(args.runs, args.steps, args.days)
-    made = shape_history(args.runs)
-    history.log(f"  {loaded:.0f} s; made {made}")
+    made, loaded = {}, 0.0
+    if not args.measure_only:
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {', '.join(history.TABLES)}, durable_timer, durable_signal CASCADE")
+        if args.layout == "partitioned":  # monthly partitions since before the history began
+            since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=args.days + 2)
+            partitioning.convert(connection.alias, "month", since=since)
+            partitioning.runs.convert(connection.alias, "month", since=since)
+        history.log(f"loading {args.runs:,} runs of {args.steps} steps ({args.layout})")
+        loaded = history.load(args.runs, args.steps, args.days)
+        made = shape_history(args.runs)
+        history.log(f"  {loaded:.0f} s; made {made}")
     user, _ = get_user_model().objects.get_or_create(username="bench-admin",
                                                      defaults={"is_staff": True, "is_superuser": True})
     client = Client()
@@ -162,6 +166,8 @@ def main() -> None:
     paused_id = WorkflowRun.objects.filter(status="paused").values_list("pk", flat=True).first()
     results = {}
     for name, url in pages(failed_id, paused_id).items():
+        if args.only not in name:
+            continue
         results[name] = measure(client, url, args.loads)
         history.log(f"  {name}: {results[name]['p50_ms']:.1f} ms p50, {results[name]['p95_ms']:.1f} p95, "
                     f"{results[name]['queries']} queries" + (f", WHOLE READS {results[name]['whole_reads']}"

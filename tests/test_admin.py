@@ -5,6 +5,7 @@ budgets of the lists.
 """
 
 import datetime as dt
+import re
 import uuid
 
 import pytest
@@ -538,3 +539,20 @@ def test_the_stuck_filter_finds_expired_leases_and_runs_nothing_will_advance(adm
     assert listed("stuck=any") == {orphan.pk, lost.pk}
     assert listed("stuck=lease") == {lost.pk}
     assert listed("stuck=idle") == {orphan.pk}
+
+
+def test_a_search_by_the_end_of_a_runs_id_finds_it(admin_client, runs):
+    """The short id the list shows (its last 8 hex digits), or up to 12: on PostgreSQL through the
+    index of the ids read backwards."""
+    target = runs["failed"]
+    for tail in (str(target.pk)[-8:], str(target.pk).replace("-", "")[-12:]):
+        page = admin_client.get(RUNS, {"q": tail}).content.decode()
+        listed = set(re.findall(r'/workflowrun/([0-9a-f-]{36})/change/', page))
+        assert listed == {str(target.pk)}, (tail, listed)
+    if ON_POSTGRES:
+        with connection.cursor() as cursor:
+            cursor.execute("SET enable_seqscan TO off")
+            cursor.execute("EXPLAIN SELECT id FROM durable_workflow_run WHERE reverse(id::text) LIKE 'abc%'")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("RESET enable_seqscan")
+        assert "durable_run_id_reversed" in plan, plan

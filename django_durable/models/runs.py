@@ -86,7 +86,9 @@ class WorkflowRunQuerySet(models.QuerySet):
         condition = Q()
         for prefix in prefixes:
             condition |= Q(waiting_on__startswith=prefix)
-        return self.exclude(status__in=WorkflowRun.TERMINAL).filter(condition)
+        # Named statuses, not "not terminal": the planner starts from the few unfinished runs on the
+        # status index instead of walking every run in creation order (1.4 s at 10 million runs).
+        return self.filter(status__in=sorted(WorkflowRun.UNFINISHED)).filter(condition)
 
     def stuck(self, *, lease_expired: bool = True, nothing_pending: bool = True):
         """Unfinished runs whose worker's lease expired, or that nothing will ever advance.
@@ -169,6 +171,7 @@ class WorkflowRun(models.Model):
     )
     # Unfinished, held for an operator: retry_run() resumes them.
     HELD = frozenset({Status.BLOCKED, Status.PAUSED})
+    UNFINISHED = frozenset(Status.values) - TERMINAL
     # The kinds of wait, by how the engine starts `waiting_on` for each (the admin and the API
     # filter on them: ?waiting_for=signal).
     WAITING_FOR = {
