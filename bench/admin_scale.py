@@ -86,6 +86,7 @@ def pages(failed_id, paused_id) -> dict[str, str]:
         "waiting for an operator": f"{base}?waiting_for=operator",
         "stuck": f"{base}?stuck=any",
         "search by id": f"{base}?q={str(failed_id)[-12:]}",
+        "search by workflow": f"{base}?q=bench.ten_steps",
         "failed, sorted by creation": f"{base}?status__exact=failed&o=-1",
         "a failed run's page": f"{base}{failed_id}/change/",
         "a paused run's page": f"{base}{paused_id}/change/",

@@ -105,6 +105,10 @@ class Step(models.Model):
             models.Index(
                 fields=["name"], condition=Q(kind="event", status="waiting"), name="durable_step_event_waits"
             ),
+            # The stuck filter asks of each unfinished run whether it waits for something from
+            # outside: only the open waits are in it (100 ms instead of 1 s at 10 million runs).
+            models.Index(fields=["run"], condition=Q(status="waiting", kind__in=["signal", "event", "approval"]),
+                         name="durable_step_open_waits"),
         ]
 
     def __str__(self) -> str:

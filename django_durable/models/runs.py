@@ -13,6 +13,7 @@ from .. import clock, conf, serialization
 from ..humanize import short_id
 from ..ids import EPOCH, uuid7
 from ..partitioning import keys
+from ..partitioning.journal import layout as journal_layout
 from .base import DurableManager
 from .journal import Step
 from .pool import Timer, WorkItem
@@ -99,12 +100,21 @@ class WorkflowRunQuerySet(models.QuerySet):
         run = OuterRef("pk")
         expired = Exists(WorkItem.objects.filter(run=run, status=WorkItem.Status.PROCESSING,
                                                  claim_expires_at__lt=clock.db_now()))
+        waits = Step.objects.filter(run=run, status=Step.Status.WAITING,
+                                    kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT, Step.Kind.APPROVAL])
+        children = WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL)
+        # Where the journal or the runs are partitioned, each run's lookup names its partitions (its
+        # entries carry its creation time, or 1970 from before the conversion; its children carry its
+        # id's time): else it reads every partition's index, for every unfinished run (2.9 s at 10M).
+        if journal_layout(self.db) is not None:
+            waits = waits.filter(Q(run_created_at=OuterRef("created_at")) | Q(run_created_at=EPOCH))
+        if keys.layout(self.db) is not None:
+            children = children.filter(id_time=OuterRef("id_time"))
         idle = (
             ~Exists(WorkItem.objects.filter(run=run, status__in=[WorkItem.Status.PENDING, WorkItem.Status.PROCESSING]))
             & ~Exists(Timer.objects.filter(run=run, status=Timer.Status.PENDING))
-            & ~Exists(Step.objects.filter(run=run, status=Step.Status.WAITING,
-                                          kind__in=[Step.Kind.SIGNAL, Step.Kind.EVENT, Step.Kind.APPROVAL]))
-            & ~Exists(WorkflowRun.objects.filter(parent=run).exclude(status__in=WorkflowRun.TERMINAL))
+            & ~Exists(waits)
+            & ~Exists(children)
         )
         if lease_expired and nothing_pending:
             condition = expired | idle

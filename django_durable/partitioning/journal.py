@@ -119,6 +119,8 @@ def convert(db: str, interval: str = "month", ahead: int = 3, *, since: dt.datet
             cursor.execute(f"CREATE UNIQUE INDEX durable_step_journal ON {TABLE} (run_id, key, run_created_at)")
             cursor.execute(f"CREATE INDEX durable_step_event_waiting ON {TABLE} (name) "
                            "WHERE kind = 'event' AND status = 'waiting'")
+            cursor.execute(f"CREATE INDEX durable_step_open_waiting ON {TABLE} (run_id) "
+                           "WHERE status = 'waiting' AND kind IN ('signal', 'event', 'approval')")
             # A worker started before the conversion writes 1970 as every entry's key, which puts
             # it here: refused for a run created since, so that no run has entries under two keys.
             # The run is found by its primary key whatever the statistics say (enable_seqscan off
