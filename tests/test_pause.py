@@ -171,3 +171,24 @@ def test_a_parallel_branch_out_of_attempts_pauses_its_run_and_its_siblings_finis
     done = WorkflowRun.objects.get(pk=run.pk)
     assert done.status == "completed" and done.get_result() == ["ok", "card"]
     assert ledger_counts(run.pk) == {"ok": 1, "card": 3}
+
+
+def test_a_paused_run_resumes_on_the_code_deployed_since(tmp_path, monkeypatch):
+    """The fix is a new body of the same function (as a deploy makes it): the resumed step runs it."""
+    from tests.testapp import workflows
+
+    flag = tmp_path / "declined"
+    flag.touch()  # stays: only the code changes
+    run = durable.start("tests.pauses_a_branch", str(flag))
+    drain()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "paused"
+
+    def fixed(run_id, key, flag):
+        return f"{key} (fixed)"
+
+    fixed.__module__, fixed.__qualname__ = workflows.declined_while.__module__, workflows.declined_while.__qualname__
+    monkeypatch.setattr(workflows, "declined_while", fixed)
+    durable.retry_run(run.pk)
+    drain()
+    done = WorkflowRun.objects.get(pk=run.pk)
+    assert done.status == "completed" and done.get_result() == ["ok", "card (fixed)"]
