@@ -302,6 +302,9 @@ class Command(BaseCommand):
         except WaitTimeout as timed_out:
             raise CommandError(f"The repair {run.pk} did not finish within {wait:g} s."
                                + (f" {timed_out.hint}" if timed_out.hint else ""), returncode=TIMED_OUT) from None
+        except WorkflowFailed:
+            raise CommandError(f"The repair {run.pk} ended {services.get_run(run.pk).status}; its page says "
+                               f"how far it got.", returncode=REFUSED) from None
         if json:
             self._json_out(result)
             return
