@@ -80,8 +80,23 @@ def test_a_repair_retries_in_batches_audited_and_goes_no_further_than_its_plan()
     retried = Counter(WorkflowEvent.objects.filter(type="retried").values_list("run_id", "actor"))
     assert retried == {(pk, "ops"): 1 for pk in failed}
     assert sorted(repaired.steps.exclude(kind="progress").values_list("key", flat=True)) == \
-        ["batch 1", "batch 2", "batch 3", "since"]
+        ["apply 1", "apply 2", "apply 3", "pick 1", "pick 2", "pick 3", "since"]
     assert WorkflowEvent.objects.get(run=run, type="started").actor == "ops"
+
+
+def test_a_batch_done_again_changes_and_counts_each_run_once():
+    """As when its step is retried after a database error part way: the runs it retried already
+    are counted, not retried again; the others are retried now."""
+    from django_durable import clock
+
+    failed = failed_runs(6)
+    since = clock.database_now("default").isoformat()
+    run_filter = repairs.RunFilter.parse({"status": "failed"})
+    ids = repairs.pick_batch("retry", run_filter.as_data(), after=None, until=str(max(failed)), batch=10)
+    assert repairs.apply_batch("retry", ids[:4], by="ops", since=since) == {"done": 4, "skipped": {}}
+    assert repairs.apply_batch("retry", ids, by="ops", since=since) == {"done": 6, "skipped": {}}
+    retried = Counter(WorkflowEvent.objects.filter(type="retried").values_list("run_id", flat=True))
+    assert retried == {pk: 1 for pk in failed}
 
 
 def test_cancel_and_force_fail_by_filter_take_unfinished_runs_with_the_reason():
@@ -111,11 +126,10 @@ def test_a_rerun_forks_each_run_once_even_when_a_batch_is_done_again():
     run_filter = repairs.RunFilter.parse({"workflow": "tests.repairable"})
     plan = repairs.plan("rerun", run_filter, from_step="charge")
     since = timezone.now().isoformat()
-    first = repairs.apply_batch("rerun", run_filter.as_data(), after=None, until=plan.until, by="ops",
-                                from_step="charge", since=since, batch=10)
-    again = repairs.apply_batch("rerun", run_filter.as_data(), after=None, until=plan.until, by="ops",
-                                from_step="charge", since=since, batch=10)
-    assert (first["done"], again["done"], again["skipped"]) == (4, 0, {"forked already": 4})
+    ids = repairs.pick_batch("rerun", run_filter.as_data(), after=None, until=plan.until, batch=10)
+    first = repairs.apply_batch("rerun", ids, by="ops", from_step="charge", since=since)
+    again = repairs.apply_batch("rerun", ids, by="ops", from_step="charge", since=since)
+    assert first == again == {"done": 4, "skipped": {}}
     assert WorkflowRun.objects.filter(forked_from__in=failed).count() == 4
     with pytest.raises(InvalidArguments, match="from_step"):
         repairs.plan("rerun", run_filter)
@@ -221,7 +235,8 @@ def test_ten_thousand_failed_runs_repaired_with_workers_running_beside_it(start_
         time.sleep(0.2)
     repaired = WorkflowRun.objects.get(pk=run.pk)
     assert repaired.status == "completed", repaired.get_error()
-    assert repaired.get_result()["done"] == n and repaired.get_result()["skipped"] == {}
+    steps = list(repaired.steps.exclude(kind="progress").order_by("seq").values_list("key", "status", "attempts"))
+    assert repaired.get_result()["done"] == n and repaired.get_result()["skipped"] == {}, (repaired.get_result(), steps)
     wait_for(lambda: WorkflowRun.objects.filter(pk__in=failed, status="completed").count() == n, timeout=600,
              interval=0.5, message="every repaired run completed")
     for worker in workers:

@@ -3,9 +3,10 @@
 First plan(): how many runs match, how many of them the action may take (a retry takes failed,
 timed-out, cancelled, blocked and paused runs; a cancel or a forced failure unfinished ones), and a sample.
 Then start(): the built-in workflow ``durable.repair`` applies the action to the runs the plan saw
-(those whose id is at most the newest one matched then), a batch a step, each run through the
-same service the run page uses, in a transaction of its own, audited with who asked. A worker
-stopped halfway goes on at the next batch; a run that no longer matches (someone retried it
+(those whose id is at most the newest one matched then), a batch at a time (its runs picked in
+one step, the action applied in the next), each run through the same service the run page uses, in
+a transaction of its own, audited with who asked. A worker stopped halfway goes on where it was,
+and a batch done again changes and counts each run once; a run that no longer matches (someone retried it
 meanwhile) is left alone, and one its service refuses is counted with the reason.
 
 ``durable.repair`` never repairs its own runs.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -23,7 +25,7 @@ from django.utils.dateparse import parse_datetime
 
 from .. import conf, registry
 from ..exceptions import DurableError, InvalidArguments, RunFinished
-from ..models import WorkflowRun
+from ..models import WorkflowEvent, WorkflowRun
 
 REPAIR_WORKFLOW = "durable.repair"
 Status = WorkflowRun.Status
@@ -65,14 +67,16 @@ class Repair:
     apply: Callable[[Any, str, str, str], None]
     statuses: tuple[str, ...] | None
     permission: str
+    event: str  # the audit entry the action writes on each run (WorkflowEvent.Type)
 
 
 REPAIRS = {repair.name: repair for repair in (
     Repair("retry", "retried", _retry, (Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, *WorkflowRun.HELD),
-           "retry_workflowrun"),
-    Repair("rerun", "rerun from the step", _fork, None, "start_workflowrun"),
-    Repair("cancel", "cancelled", _cancel, UNFINISHED, "cancel_workflowrun"),
-    Repair("force-fail", "forced to fail", _force_fail, UNFINISHED, "forcefail_workflowrun"),
+           "retry_workflowrun", WorkflowEvent.Type.RETRIED),
+    Repair("rerun", "rerun from the step", _fork, None, "start_workflowrun", WorkflowEvent.Type.FORKED),
+    Repair("cancel", "cancelled", _cancel, UNFINISHED, "cancel_workflowrun", WorkflowEvent.Type.CANCELLED),
+    Repair("force-fail", "forced to fail", _force_fail, UNFINISHED, "forcefail_workflowrun",
+           WorkflowEvent.Type.FORCE_FAILED),
 )}
 
 
@@ -244,30 +248,39 @@ def reason_of(exc: DurableError) -> str:
     return type(exc).__name__
 
 
-def apply_batch(name: str, filter_data: dict, *, after: str | None, until: str, by: str, reason: str = "",
-                from_step: str = "", since: str | None = None, batch: int = 200) -> dict:
-    """Apply the repair to the next `batch` runs after the id `after` (up to `until`) that still
-    match; return {"last": the last id taken, "finished": whether no more are left, "done",
-    "skipped": {reason: count}}.
-
-    A rerun skips a run that already has a fork made since `since` (this repair's start): a batch
-    done again after a crash does not fork twice; the other repairs find such a run no longer
-    matching (retried, cancelled or failed already)."""
+def pick_batch(name: str, filter_data: dict, *, after: str | None, until: str, batch: int = 200) -> list[str]:
+    """The next `batch` runs after the id `after` (up to `until`) that match and that the repair may
+    take, by id: a step of their own, so that the batch a retried step applies to is this one."""
     repair = repair_of(name)
     db = conf.get("DATABASE")
     runs = _eligible(repair, RunFilter.parse(filter_data).runs(db)).filter(pk__lte=until)
     if after is not None:
         runs = runs.filter(pk__gt=after)
-    ids = list(runs.order_by("pk").values_list("pk", flat=True)[:batch])
-    if name == "rerun" and ids and since:
-        forked = set(WorkflowRun.objects.using(db).filter(forked_from__in=ids, created_at__gte=since)
-                     .values_list("forked_from", flat=True))
+    return [str(pk) for pk in runs.order_by("pk").values_list("pk", flat=True)[:batch]]
+
+
+def apply_batch(name: str, ids: list[str], *, by: str, reason: str = "", from_step: str = "",
+                since: str | None = None) -> dict:
+    """Apply the repair to each of the runs `ids`; return {"done", "skipped": {reason: count}}.
+
+    Done again (its step retried after a failure part way, or after a crash), it counts as done
+    the runs this repair changed already, which its audit trail says (an entry of the action by
+    `by` since `since`, this repair's start; for a rerun, a fork made since), and changes them no
+    more: each run is changed once, and counted once."""
+    repair = repair_of(name)
+    db = conf.get("DATABASE")
+    if since is None:
+        changed = set()
+    elif name == "rerun":
+        changed = set(WorkflowRun.objects.using(db).filter(forked_from__in=ids, created_at__gte=since)
+                      .values_list("forked_from", flat=True))
     else:
-        forked = set()
+        changed = set(WorkflowEvent.objects.using(db).filter(run_id__in=ids, type=repair.event, actor=by,
+                                                             at__gte=since).values_list("run_id", flat=True))
     done, skipped = 0, {}
     for pk in ids:
-        if pk in forked:
-            skipped["forked already"] = skipped.get("forked already", 0) + 1
+        if uuid.UUID(pk) in changed:
+            done += 1
             continue
         try:
             repair.apply(pk, reason, from_step, by)
@@ -276,26 +289,29 @@ def apply_batch(name: str, filter_data: dict, *, after: str | None, until: str, 
             skipped[why] = skipped.get(why, 0) + 1
         else:
             done += 1
-    return {"last": str(ids[-1]) if ids else after, "finished": len(ids) < batch, "done": done, "skipped": skipped}
+    return {"done": done, "skipped": skipped}
 
 
 def repair_workflow(ctx, repair: str, filter: dict, until: str | None, by: str, reason: str = "",
                     from_step: str = "", batch: int = 200, total: int = 0) -> dict:
-    """The built-in workflow: a repair by filter, a batch a step (see this module's docstring)."""
+    """The built-in workflow: a repair by filter, each batch two steps (its runs picked, then the
+    action applied to them: see this module's docstring)."""
     done, skipped, after = 0, {}, None
     verb = REPAIRS[repair].verb if repair in REPAIRS else str(repair)
     since = str(ctx.step("since", _now))
     if until is not None:
         for n in itertools.count(1):
-            result = ctx.step(f"batch {n}", apply_batch, repair, filter, after=after, until=until, by=by,
-                              reason=reason, from_step=from_step, since=since, batch=batch)
-            done += result["done"]
-            for why in result["skipped"]:
-                skipped[why] = skipped.get(why, 0) + result["skipped"][why]
-            ctx.set_progress(done + sum(skipped.values()), total or None, f"{done} {verb}")
-            if result["finished"]:
+            ids = ctx.step(f"pick {n}", pick_batch, repair, filter, after=after, until=until, batch=batch)
+            if ids:
+                result = ctx.step(f"apply {n}", apply_batch, repair, ids, by=by, reason=reason, from_step=from_step,
+                                  since=since)
+                done += result["done"]
+                for why in result["skipped"]:
+                    skipped[why] = skipped.get(why, 0) + result["skipped"][why]
+                ctx.set_progress(done + sum(skipped.values()), total or None, f"{done} {verb}")
+            if len(ids) < batch:
                 break
-            after = result["last"]
+            after = ids[-1]
     return {"repair": repair, "filter": filter, "done": done, "skipped": skipped}
 
 
