@@ -3,7 +3,7 @@
 
 -- name: claim (3 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused"))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -24,7 +24,7 @@ FROM claimed AS c;
 
 -- name: claim from the claimer's floor (7 parameters)
 WITH
-picked AS (WITH floor_above AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused")) AND ("durable_work_item"."priority" > %s)) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED), floor_from AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused")) AND ("durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") >= (%s, %s))) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p ORDER BY p.priority DESC, p.available_at, p.id LIMIT 1),
+picked AS (WITH floor_above AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND ("durable_work_item"."priority" > %s)) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED), floor_from AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND ("durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") >= (%s, %s))) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p ORDER BY p.priority DESC, p.available_at, p.id LIMIT 1),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -45,7 +45,7 @@ FROM claimed AS c;
 
 -- name: claim from some queues, not the items just declined (6 parameters)
 WITH
-picked AS (SELECT picked.id FROM unnest(%s::varchar[]) AS served (queue), LATERAL (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused")) AND NOT ("durable_work_item"."id" IN (%s, %s)) AND "durable_work_item"."queue" >= served.queue AND "durable_work_item"."queue" <= served.queue) ORDER BY "durable_work_item"."queue" ASC, 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) AS picked
+picked AS (SELECT picked.id FROM unnest(%s::varchar[]) AS served (queue), LATERAL (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND NOT ("durable_work_item"."id" IN (%s, %s)) AND "durable_work_item"."queue" >= served.queue AND "durable_work_item"."queue" <= served.queue) ORDER BY "durable_work_item"."queue" ASC, 2 DESC, 3 ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) AS picked
     ORDER BY picked.priority DESC, picked.available_at, picked.id LIMIT 1),
 claimed AS (
     UPDATE durable_work_item AS w
@@ -215,7 +215,7 @@ quiet AS (
     WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused"))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -302,7 +302,7 @@ moved AS (
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status = 'running'
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused"))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -362,7 +362,7 @@ woke AS (
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused"))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -422,7 +422,7 @@ woke AS (
       AND (%s OR (SELECT remaining FROM grp) <= 0)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused"))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -471,7 +471,7 @@ FROM unnest(%s::text[]) AS turn (queue);
 
 -- name: claim from a limited queue (DURABLE_QUEUES), statement 2 of 2 (13 parameters)
 WITH
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused")) AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
@@ -548,7 +548,7 @@ quiet AS (
     WHERE id IN (SELECT t.id FROM durable_timer AS t WHERE t.run_id = (SELECT run_id FROM fence) AND t.status = (SELECT 'pending') FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
-picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT U0."name" AS "name" FROM "durable_queue_control" U0 WHERE U0."paused")) AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND (("durable_work_item"."queue" <> %s OR ((SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s) < %s AND ("durable_work_item"."concurrency_key" = '' OR (SELECT COUNT(*) FROM "durable_work_item" AS "running" WHERE "running"."status" = 'processing' AND "running"."queue" = %s AND "running"."id" <> %s AND "running"."concurrency_key" = "durable_work_item"."concurrency_key") < %s) AND NOT EXISTS (SELECT 1 FROM "durable_queue" AS "rated" WHERE "rated"."name" = %s AND "rated"."next_claim_at" > statement_timestamp()))))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
 claimed AS (
     UPDATE durable_work_item AS w
     SET status = 'processing',
