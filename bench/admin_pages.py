@@ -84,7 +84,9 @@ def fill(runs: int, steps: int) -> None:
         cursor.execute(f"VACUUM ANALYZE {', '.join(t.strip() for t in TABLES.split(','))}")
 
 
-def measure(client: Client, url: str, loads: int) -> dict:
+def measure(client: Client, url: str, loads: int, *, explain=None) -> dict:
+    """p50 and p95 of `loads` loads of `url`, and the queries one load makes; with `explain`, also
+    what explain(those queries) says of them (bench/admin_scale.py: the whole reads)."""
     client.get(url)  # warm: templates compiled, connection open
     times = []
     for _ in range(loads):
@@ -95,8 +97,11 @@ def measure(client: Client, url: str, loads: int) -> dict:
     with CaptureQueriesContext(connection) as queries:
         client.get(url)
     times.sort()
-    return {"p50_ms": statistics.median(times), "p95_ms": times[int(0.95 * (len(times) - 1))],
-            "queries": len(queries)}
+    figures = {"p50_ms": statistics.median(times), "p95_ms": times[int(0.95 * (len(times) - 1))],
+               "queries": len(queries)}
+    if explain is not None:
+        figures["whole_reads"] = explain(queries.captured_queries)
+    return figures
 
 
 def pages(runs: int = 100_000, steps: int = 10, loads: int = 20, *, admin: bool = True, api: bool = True) -> dict:

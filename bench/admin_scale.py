@@ -19,9 +19,7 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,9 +34,9 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from bench import history  # noqa: E402  (bench/history.py: the copied history)
+from bench.admin_pages import measure  # noqa: E402
 from django_durable import partitioning  # noqa: E402
 from django_durable.models import WorkflowRun  # noqa: E402
 
@@ -120,21 +118,6 @@ def whole_reads(queries) -> list[str]:
     return found[:3]
 
 
-def measure(client, url: str, loads: int) -> dict:
-    client.get(url)  # warm
-    times = []
-    for _ in range(loads):
-        started = time.perf_counter()
-        response = client.get(url)
-        times.append((time.perf_counter() - started) * 1000)
-        assert response.status_code == 200, (url, response.status_code)
-    with CaptureQueriesContext(connection) as queries:
-        client.get(url)
-    times.sort()
-    return {"p50_ms": statistics.median(times), "p95_ms": times[int(0.95 * (len(times) - 1))],
-            "queries": len(queries), "whole_reads": whole_reads(queries.captured_queries)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100_000)
@@ -169,7 +152,7 @@ def main() -> None:
     for name, url in pages(failed_id, paused_id).items():
         if args.only not in name:
             continue
-        results[name] = measure(client, url, args.loads)
+        results[name] = measure(client, url, args.loads, explain=whole_reads)
         history.log(f"  {name}: {results[name]['p50_ms']:.1f} ms p50, {results[name]['p95_ms']:.1f} p95, "
                     f"{results[name]['queries']} queries" + (f", WHOLE READS {results[name]['whole_reads']}"
                                                             if results[name]["whole_reads"] else ""))

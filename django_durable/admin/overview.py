@@ -62,7 +62,7 @@ class OverviewAdmin(PageAdmin):
                 given = {name: request.POST.get(name, "").strip() for name in ("concurrency", "key_concurrency", "rate_limit")}
                 queue_control.set_queue_limits(
                     queue, by=by, rate_limit=given["rate_limit"] or None,
-                    **{name: _whole(given[name], name) for name in ("concurrency", "key_concurrency")})
+                    **{name: queue_control.limit_of(given[name], name) for name in ("concurrency", "key_concurrency")})
                 done = f"Set the limits of the queue {queue}."
             elif action == "clear":
                 queue_control.clear_queue(queue, by=by)
@@ -104,15 +104,6 @@ class OverviewAdmin(PageAdmin):
                         if concurrency is not None or key_concurrency is not None or rate_limit},
         )
         return TemplateResponse(request, "admin/django_durable/overview.html", context)
-
-
-def _whole(text: str, name: str):
-    """A limit from the form: a positive whole number, or None (blank: no override)."""
-    if not text:
-        return None
-    if not text.isdecimal() or int(text) <= 0:
-        raise ValueError(f"The {name.replace('_', ' ')} is a positive whole number, not {text[:20]!r}.")
-    return int(text)
 
 
 def worker_summary():

@@ -216,11 +216,11 @@ class Context(Waits, Composition, Flow):
         The error keeps the errors of the attempts before it (serialization.dumps_error)."""
         error = serialization.dumps_error(exc, "".join(traceback.format_exception(exc)), attempt=attempt,
                                           earlier=self._earlier_error(key))
-        if not policy.retries(exc, attempt) and policy.pauses(exc) and kind == "step":
-            self._record(key, name, "paused", None, error, started, attempt, kind=kind)
-            log_attempt(self.run_id, key, attempt, policy, error, None, paused=True)
-            raise Pause(paused_waiting_on(key, attempt, error))
         if not policy.retries(exc, attempt):
+            if policy.pauses(exc) and kind == "step":  # held for an operator (replay._pause), not failed
+                self._record(key, name, "paused", None, error, started, attempt, kind=kind)
+                log_attempt(self.run_id, key, attempt, policy, error, None, paused=True)
+                raise Pause(paused_waiting_on(key, attempt, error))
             self._record(key, name, "failed", None, error, started, attempt, kind=kind)
             log_attempt(self.run_id, key, attempt, policy, error, None)
             raise StepFailed(key, serialization.decode(error), attempts=attempt) from exc

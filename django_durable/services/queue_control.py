@@ -53,6 +53,18 @@ def resume_queue(queue: str, *, by: str | None = None) -> QueueControl:
     return _changed(_name(queue), {"paused": False}, by, paused=False, reason="")
 
 
+def limit_of(text: str, name: str) -> int | None:
+    """A concurrency limit as a form or the command line gives it: a positive whole number, or None
+    for "" and "none" (no override). ValueError naming `name` for anything else."""
+    text = text.strip()
+    if text in ("", "none"):
+        return None
+    if not text.isdecimal() or not 0 < int(text) <= MAX_LIMIT:
+        raise ValueError(f"The {name.replace('_', ' ')} is a positive whole number up to {MAX_LIMIT:,} "
+                         f"(or none), not {text[:20]!r}.")
+    return int(text)
+
+
 def set_queue_limits(queue: str, *, concurrency=UNSET, key_concurrency=UNSET, rate_limit=UNSET,
                      by: str | None = None) -> QueueControl:
     """Override `queue`'s limits of DURABLE_QUEUES (those given; None drops that override):
@@ -96,8 +108,8 @@ def queue_states() -> list[dict]:
     from ..models import WorkItem
 
     db = conf.get("DATABASE")
-    queues.refresh(db, force=True)
     controls = {control.name: control for control in QueueControl.objects.using(db).all()}
+    queues.refresh(db, rows=[(c.name, c.concurrency, c.key_concurrency, c.rate_limit) for c in controls.values()])
     setting = queues.parse(conf.get("QUEUES") or {})
     in_force = queues.configured()
     ready = dict(WorkItem.objects.using(db).filter(status=WorkItem.Status.PENDING).order_by()

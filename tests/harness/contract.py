@@ -22,8 +22,8 @@ import uuid
 from django.db import transaction
 
 STATES = ("earlier_failure", "cancel_requested")
-TRANSITIONS = ("claim", "record_steps", "complete", "fail", "wait", "requeue", "retry_run", "unclaim",
-               "branch_claim", "finish_branch", "finish_branch_fail_fast", "retry_branch")
+TRANSITIONS = ("claim", "record_steps", "complete", "fail", "wait", "requeue", "retry_run", "unclaim", "pause",
+               "branch_claim", "finish_branch", "finish_branch_fail_fast", "retry_branch", "pause_branch")
 IMPLEMENTATIONS = ("sqlite", "postgres", "postgres-batch", "partitioned")
 
 _WORKFLOW = "tests.contract.flow"
@@ -45,6 +45,7 @@ class _Times:
             now + dt.timedelta(days=1): "tomorrow", now + dt.timedelta(seconds=10): "retry_at",
             now - dt.timedelta(seconds=2): "step started", now - dt.timedelta(seconds=1): "step finished",
             now - dt.timedelta(minutes=10): "before",
+            dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc): "held until resumed",
         }
 
     def at(self, name: str) -> dt.datetime:
@@ -114,7 +115,7 @@ def _transition(name: str, implementation: str, run, times: _Times) -> str:
     from django_durable import workpool
     from django_durable.models import SignalMessage, WorkItem
 
-    if name.startswith(("branch", "finish_branch", "retry_branch")):
+    if name.startswith(("branch", "finish_branch", "retry_branch", "pause_branch")):
         WorkItem.objects.filter(run=run, kind="advance").update(status="completed")  # the run waits for its group
         WorkItem.objects.filter(run=run, step_key="fan:0").update(available_at=times.at("turn"))
     claim = _claim(implementation)
@@ -140,6 +141,10 @@ def _transition(name: str, implementation: str, run, times: _Times) -> str:
                                     records=[_record("b", 3, times)],
                                     timers=[("signal_timeout", "signal:go:0", times.at("in an hour"))],
                                     items=[("fan:2", "fan", "tests.contract.branch", "{}")]))
+    if name == "pause":  # a step's attempts ran out under a pausing policy (engine/replay.py _pause)
+        return str(workpool.release(claim, run_status="paused", waiting_on="an operator: step 'b' failed 1 time (Boom)",
+                                    records=[_record("b", 3, times, status="paused", result=None,
+                                                     error='{"type": "Boom"}')]))
     if name == "requeue":
         return str(workpool.release(claim, run_status="pending"))
     if name == "retry_run":
@@ -156,6 +161,11 @@ def _transition(name: str, implementation: str, run, times: _Times) -> str:
         return str(workpool.retry_branch(claim, _record("fan:0", 4, times, status="retrying", result=None,
                                                         error='{"type": "Boom"}', retry_at=times.at("retry_at")),
                                          retry_at=times.at("retry_at")))
+    if name == "pause_branch":  # a branch's attempts ran out under a pausing policy (engine/branches.py)
+        from django_durable.engine.branches import HELD_UNTIL
+
+        return str(workpool.retry_branch(claim, _record("fan:0", 4, times, status="paused", result=None,
+                                                        error='{"type": "Boom"}'), retry_at=HELD_UNTIL))
     raise ValueError(f"No transition {name!r}.")
 
 

@@ -328,7 +328,8 @@ class Command(BaseCommand):
             else:
                 given = {"concurrency": concurrency, "key_concurrency": key_concurrency, "rate_limit": rate_limit}
                 queue_control.set_queue_limits(name, by=self.by, **{
-                    option: None if value == "none" else value if option == "rate_limit" else _whole(value, option)
+                    option: (None if value == "none" else value) if option == "rate_limit"
+                    else queue_control.limit_of(value, option)
                     for option, value in given.items() if value is not None})
         states = queue_control.queue_states()
         if action != "list":
@@ -659,13 +660,6 @@ def _run_data(run: WorkflowRun, *, steps: bool) -> dict:
             for s in run.steps.order_by("seq")
         ]
     return data
-
-
-def _whole(text: str, option: str) -> int:
-    """--concurrency and --key-concurrency: a positive whole number."""
-    if not text.isdecimal() or int(text) <= 0:
-        raise ValueError(f"--{option.replace('_', '-')} takes a positive whole number (or none), not {text!r}.")
-    return int(text)
 
 
 def _number(text: str, what: str) -> float:
