@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 from contextlib import contextmanager
-
-try:  # an optional extra: pip install django-durable-workflows[otel]
-    from opentelemetry import propagate, trace
-except ImportError:  # pragma: no cover - exercised where the extra is absent
-    propagate = trace = None
 
 _log_context: contextvars.ContextVar[tuple[str, str, str]] = contextvars.ContextVar(
     "durable_log_context", default=("", "", ""))
@@ -32,8 +28,11 @@ _log_context: contextvars.ContextVar[tuple[str, str, str]] = contextvars.Context
 
 def carried() -> dict:
     """{"trace": traceparent} for a run started now inside a valid span, else {} (stored in its input)."""
-    if not _tracing() or not trace.get_current_span().get_span_context().is_valid:
+    trace = _tracing()
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
         return {}
+    from opentelemetry import propagate
+
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return {"trace": carrier["traceparent"]} if "traceparent" in carrier else {}
@@ -41,7 +40,7 @@ def carried() -> dict:
 
 def traceparent_of(stored_input: str | None) -> str | None:
     """The traceparent a run's stored input carries (see carried()), or None."""
-    if trace is None or not stored_input or '"trace"' not in stored_input:
+    if not stored_input or '"trace"' not in stored_input or _tracing() is None:
         return None
     from .serialization import decode
 
@@ -67,7 +66,8 @@ class _LogContext:
 
 def run_span(run_id, workflow: str, traceparent: str | None, *, attempt: int, delivery: int):
     """The span of one advance of a run (child of the span that started it), and the log context."""
-    if not _tracing():
+    trace = _tracing()
+    if trace is None:
         return _LogContext((str(run_id), workflow, ""))
     return _span(f"durable.run {workflow}", (str(run_id), workflow, ""), traceparent,
                  {"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.run_attempt": attempt,
@@ -77,7 +77,7 @@ def run_span(run_id, workflow: str, traceparent: str | None, *, attempt: int, de
 def step_span(run_id, workflow: str, key: str, attempt: int, traceparent: str | None = None):
     """The span of one attempt of a step (under the current run span, or `traceparent` for a
     branch run by a worker of its own), and the log context naming the step."""
-    if not _tracing():
+    if _tracing() is None:
         return _LogContext((str(run_id), workflow, key))
     return _span(f"durable.step {key}", (str(run_id), workflow, key), traceparent,
                  {"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.step": key,
@@ -89,6 +89,8 @@ def _span(name: str, log_context, traceparent, attributes, *, kind=None, errors=
     """A span under `traceparent` (else the current one), with the log context set; with `errors`,
     an exception leaving it marks it ERROR (a step's attempt; a run's advance ends by exceptions
     that are not failures: a wait, a lost lease)."""
+    from opentelemetry import propagate, trace
+
     token = _log_context.set(log_context)
     try:
         parent = propagate.extract({"traceparent": traceparent}) if traceparent else None
@@ -104,22 +106,29 @@ def _span(name: str, log_context, traceparent, attributes, *, kind=None, errors=
         _log_context.reset(token)
 
 
-def _tracing() -> bool:
-    """Whether spans are recorded: the API is installed and a tracer provider was set (without
-    one, the API's spans are no-ops that would still cost some 9 µs a step). The provider, once
-    set, stays: the API's own global is read (its public getter costs more than a step's span)."""
+def _tracing():
+    """The OpenTelemetry API (its `trace` module) when spans are recorded, else None.
+
+    Spans are recorded once a tracer provider was set; without one, the API's spans are no-ops
+    that would still cost some 9 µs a step. Setting a provider imports the API, so a process in
+    which nothing imported it records none, and this module never imports it itself (the import
+    is some 10 ms of every process's start). The provider, once set, stays: the API's own global
+    is read (its public getter costs more than a step's span)."""
+    trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
-        return False
+        return None
     provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
     if provider is _UNKNOWN:  # an API without that global: ask it
-        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    return provider is not None
+        return None if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) else trace
+    return trace if provider is not None else None
 
 
 _UNKNOWN = object()
 
 
 def _tracer():
+    from opentelemetry import trace
+
     return trace.get_tracer("django_durable")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -71,6 +72,12 @@ class Command(BaseCommand):
         # This process's connections, and those of the worker processes it forks, notice a
         # database gone silent within seconds (a worker run in-process elsewhere is left alone).
         find_dead_peers()
+        # What start-up made (Django, the project's modules and models, its workflows) lives as
+        # long as the process: out of the collector's sight, the collections a drain triggers do
+        # not walk it again each time (about half their cost: 14 µs of a task's 100 µs before),
+        # and worker processes forked from here keep sharing its pages instead of writing to
+        # every one at their first full collection.
+        gc.freeze()
         if concurrency == 1:
             code = Worker(**worker_options).run()
         else:
