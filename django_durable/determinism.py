@@ -7,6 +7,7 @@ import builtins
 import datetime
 import inspect
 import os
+import sys
 import textwrap
 import time
 import uuid
@@ -60,23 +61,40 @@ def nondeterministic_calls(fn) -> list[tuple[str, str]]:
 
 def _local_imports(function) -> dict:
     """The names the function's own body imports (``import datetime`` inside it), bound as it would
-    bind them; a module that does not import is left out."""
-    import importlib
-
+    bind them, from the modules this process has loaded; a module that is not loaded is left out
+    unless the known calls live in it (see _module)."""
     bound = {}
     for node in _own_nodes(function):
         try:
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    top = alias.name.split(".")[0]
-                    bound[alias.asname or top] = importlib.import_module(alias.name if alias.asname else top)
+                    name = alias.name if alias.asname else alias.name.split(".")[0]
+                    if (module := _module(name)) is not None:
+                        bound[alias.asname or name] = module
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                module = importlib.import_module(node.module)
-                for alias in node.names:
-                    bound[alias.asname or alias.name] = getattr(module, alias.name, None)
+                if (module := _module(node.module)) is not None:
+                    for alias in node.names:
+                        bound[alias.asname or alias.name] = getattr(module, alias.name, None)
         except Exception:  # noqa: BLE001 - what the check cannot import, it does not judge
             continue
     return bound
+
+
+# Where the known calls live: standard modules, cheap to import if not loaded yet.
+JUDGED_MODULES = {"datetime", "os", "random", "secrets", "time", "uuid"}
+
+
+def _module(name: str):
+    """The module `name` if this process has loaded it, or imports it if the known calls live in
+    it. Others are not imported: a workflow body that imports a module inside it often does so to
+    keep its cost (an AI framework's seconds) out of processes that never run it, and every worker
+    runs this check at its start."""
+    module = sys.modules.get(name)
+    if module is None and name.split(".")[0] in JUDGED_MODULES:
+        import importlib
+
+        module = importlib.import_module(name)
+    return module
 
 
 def _own_nodes(function):

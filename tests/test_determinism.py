@@ -75,3 +75,23 @@ def imports_its_own(ctx):
 def test_a_module_imported_inside_the_workflow_is_seen_too():
     assert sorted(call for call, _ in nondeterministic_calls(imports_its_own)) == [
         "clock_module.date.today", "datetime.datetime.now", "now_seconds"]
+
+
+def imports_a_framework(ctx):
+    from tests.testapp.never_loaded import answer
+    import secrets
+
+    return answer(), secrets.token_hex(4)
+
+
+def test_the_check_imports_no_module_a_workflow_body_imports_but_the_known_calls_own(tmp_path, monkeypatch):
+    """A body that imports a module inside it keeps that module's cost out of processes that do
+    not run it; the check, which every worker runs at its start, must not pay it for them. The
+    modules the known calls live in are still imported and judged."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "secrets", raising=False)
+    assert "tests.testapp.never_loaded" not in sys.modules
+    assert [call for call, _ in nondeterministic_calls(imports_a_framework)] == ["secrets.token_hex"]
+    assert "tests.testapp.never_loaded" not in sys.modules
+    assert "secrets" in sys.modules

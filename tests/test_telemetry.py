@@ -139,3 +139,30 @@ def test_the_documented_logging_configuration_names_the_run_and_step(capsys):
         root.handlers[:], root.level = saved
     lines = capsys.readouterr().err.splitlines()
     assert lines[-2].endswith("INFO charged run=01ab step=charge") and lines[-1].endswith("INFO idle run= step=")
+
+
+def test_a_process_that_never_imported_opentelemetry_records_no_span_and_does_not_import_it():
+    """A tracer provider can only be set by code that imported the API; where nothing did (the
+    API installed, as here, but unused), django-durable neither records spans nor pays the
+    import at every start."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import sys, django
+django.setup()
+from django_durable import telemetry
+parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+with telemetry.run_span("r", "w", parent, attempt=1, delivery=1):
+    with telemetry.step_span("r", "w", "k", 1):
+        pass
+assert telemetry.carried() == {}
+assert telemetry.traceparent_of('{"trace": "%s"}' % parent) is None
+print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+"""
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings")
+    env.pop("DURABLE_TEST_SPANS", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

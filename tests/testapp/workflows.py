@@ -89,6 +89,18 @@ def fixed_later(run_id, fix_path):
     return 10
 
 
+def process_state():
+    """What the process running the step holds: the objects frozen out of the collector's sight."""
+    import gc
+
+    return {"frozen": gc.get_freeze_count()}
+
+
+@durable.workflow("tests.process_state")
+def process_state_workflow(ctx):
+    return ctx.step("state", process_state)
+
+
 @durable.workflow("tests.fork_me")
 def fork_me(ctx, fix_path):
     """Fails at step b until its fix is deployed: durable.fork() from b runs b and c again, not a."""
