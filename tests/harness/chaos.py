@@ -208,11 +208,7 @@ class Soak:
         return False
 
     def workers(self) -> list[int]:
-        pids = []
-        for supervisor in self.supervisors:
-            out = subprocess.run(["pgrep", "-P", str(supervisor.pid)], capture_output=True, text=True).stdout
-            pids.extend(int(pid) for pid in out.split())
-        return pids
+        return worker_processes(self.supervisors)
 
     # -- the soak -------------------------------------------------------------------------------------
 
@@ -407,6 +403,19 @@ def setup_django(env: dict) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def worker_processes(supervisors) -> list[int]:
+    """The worker processes the supervisors forked. Not every child of a supervisor is one: while
+    it starts, the imports its checks make run short-lived programs of their own (`file` for
+    platform.architecture(), `ldconfig -p` for ctypes.util.find_library); killed in place of a
+    worker, such a child is never logged as a worker's exit."""
+    pids = []
+    for supervisor in supervisors:
+        out = subprocess.run(["pgrep", "-P", str(supervisor.pid), "-f", "durable_worker"], capture_output=True,
+                             text=True).stdout
+        pids.extend(int(pid) for pid in out.split())
+    return pids
 
 
 def _kill(pid: int, signum: int) -> None:

@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 
 from tests.harness import stop
-from tests.harness.chaos import LEASE, Postgres, SoakError, environment, on_own_server, retrying, setup_django
+from tests.harness.chaos import (LEASE, Postgres, SoakError, environment, on_own_server, retrying, setup_django,
+                                  worker_processes)
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISORS, PROCESSES = 2, 2
@@ -151,10 +152,7 @@ class TasksSoak:
     def kill_one(self) -> None:
         from django_durable.models import WorkItem
 
-        pids = []
-        for supervisor in self.supervisors:
-            out = subprocess.run(["pgrep", "-P", str(supervisor.pid)], capture_output=True, text=True).stdout
-            pids.extend(int(pid) for pid in out.split())
+        pids = worker_processes(self.supervisors)
         if not pids:
             return
         # The busiest process, if any holds claims: a kill that meets work in flight.
