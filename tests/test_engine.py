@@ -99,7 +99,10 @@ def test_each_new_step_costs_one_query():
         assert run_of(run).get_result() == sum(range(n))
         return len(captured.captured_queries)
 
-    assert queries_for(20) - queries_for(10) == 10
+    # What a worker does once a second (read the limits set at runtime, look for ready work from
+    # the start of the queue) adds a statement to a drain that happens to cross that second, as
+    # one on a loaded machine may: the fewest of three drains of each length is what steps cost.
+    assert min(queries_for(20) for _ in range(3)) - min(queries_for(10) for _ in range(3)) == 10
 
 
 def test_a_replayed_step_costs_no_query():
