@@ -70,6 +70,17 @@ def test_a_step_out_of_attempts_pauses_its_run_and_resume_goes_on_from_it(tmp_pa
     assert WorkflowRun.objects.get(pk=parent.pk).status == "completed"
 
 
+def test_the_deploy_replay_check_replays_a_paused_run_to_its_paused_step(tmp_path):
+    """The replay check (a stand-in session of the context) meets the paused entry as the worker
+    does: it stops there, having used every entry before it, so a paused run passes as it is."""
+    from django_durable.replaycheck import check_replay, check_run
+
+    parent, child, flag = paused_run(tmp_path)
+    verdict = check_run(child)
+    assert (verdict.status, verdict.ok, verdict.reason) == ("paused", True, "")
+    assert {v.run_id: v.ok for v in check_replay()}[str(child.pk)] is True
+
+
 def test_a_paused_run_pauses_again_when_the_fix_did_not_fix_it(tmp_path):
     parent, child, flag = paused_run(tmp_path)
     durable.retry_run(child.pk)

@@ -9,6 +9,7 @@ import pytest
 import django_durable as durable
 from django_durable.models import WorkflowRun
 from django_durable.testing import drain
+from tests.conftest import ROOT
 from tests.testapp import spans
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -163,6 +164,7 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
 """
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings")
     env.pop("DURABLE_TEST_SPANS", None)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
