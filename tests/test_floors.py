@@ -104,7 +104,7 @@ def test_a_claimer_starts_at_its_floor_and_looks_from_the_start_when_it_must(fro
     assert floors.of("default", None).id == more[2].id
 
 
-def test_a_batch_that_takes_fewer_than_it_asked_for_sets_its_floor_at_the_last():
+def test_a_batch_that_takes_fewer_than_it_asked_for_sets_its_floor_at_the_last(frozen):
     items = items_of(durable.start_many("tests.echo", [[n] for n in range(3)]))
     claims = workpool.claim_many(worker="w-floor", queues=None, db="default", k=5)
     assert [c.item_id for c in claims] == [item.id for item in items]
