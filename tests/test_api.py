@@ -215,7 +215,7 @@ def test_the_wait_is_bounded(api, settings, monkeypatch):
     run = durable.start("tests.approval")
     started = time.monotonic()
     assert api.get(f"{API}workflows/{run.pk}/result/?wait=3600").status_code == 202
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 60  # (held for the hour asked, it would take 3,600 s)
 
 
 def test_schedules(api):

@@ -284,7 +284,7 @@ def test_a_branch_past_its_timeout_is_interrupted():
     run = durable.start("tests.branch_timeouts")
     started = time.monotonic()
     drain()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # (not interrupted, the slow branch naps 30 s)
     assert run_of(run).get_result() == [0, "django_durable.exceptions.StepTimeout"]
     assert Step.objects.get(run=run, key="slow").deadline_at is not None
 
