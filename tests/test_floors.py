@@ -144,7 +144,7 @@ def _buffers(sql: str, values: list) -> int:
 
 
 @pytest.mark.postgres
-def test_a_claim_from_its_floor_passes_over_what_a_held_snapshot_keeps():
+def test_a_claim_from_its_floor_passes_over_what_a_held_snapshot_keeps(frozen):
     """A REPEATABLE READ session holds a snapshot while 2,400 items are claimed: each leaves its
     pending version's entry in the ready index, which VACUUM may not remove and no scan may mark
     dead. A claim from the start of the index visits every one of them; from the floor, a few pages."""
