@@ -42,8 +42,9 @@ def test_a_running_steps_values_are_read_before_it_returns(transactional_db, tmp
     try:
         values = durable.read_stream(run.pk, "tokens", timeout=60)
         assert next(values) == "w0"
-        # The step is still running: it waits for "go", which only this test creates.
-        assert (tmp_path / "held").exists()
+        # The step is still running: it waits for "go", which only this test creates. (It says
+        # so just after the value commits, which a reader may see first.)
+        wait_for(lambda: (tmp_path / "held").exists(), timeout=60, message="the step waiting for go")
         assert not Step.objects.filter(run=run, key="answer").exists()
     finally:
         (tmp_path / "go").touch()
