@@ -382,6 +382,11 @@ def test_a_runs_graph_follows_it_live_and_opens_its_child(browser, live_server, 
     assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
     wait_for(lambda: "completed durable-node-completed" in keys(), timeout=60, interval=0.2,
              message="the graph drawn again after the run ended")
+    report = browser.find_element(By.CSS_SELECTOR, "#durable-graph a g[data-key='report']")
+    # The event stream's end draws the graph once more, the same as shown: the page is left alone,
+    # and the box found before it is still the one on the page.
+    wait_for(lambda: browser.execute_script("return document.getElementById('durable-graph').dataset.live") == "ended",
+             timeout=60, interval=0.1, message="the live graph to stop at the event stream's end")
     assert keys() == ["start durable-node-completed", "prepare durable-node-completed",
                       "signal:go:0 durable-node-completed", "12 completed durable-node-completed",
                       "report durable-node-completed", "completed durable-node-completed"]
@@ -393,7 +398,7 @@ def test_a_runs_graph_follows_it_live_and_opens_its_child(browser, live_server, 
 
     # The child's box opens the child's page, with its own graph.
     child = WorkflowRun.objects.get(parent=run)
-    browser.find_element(By.CSS_SELECTOR, "#durable-graph a g[data-key='report']").click()
+    report.click()
     wait_for(lambda: str(child.pk) in browser.current_url, timeout=60, interval=0.1, message="the child's page")
     assert keys() == ["start durable-node-completed", "a durable-node-completed", "b durable-node-completed",
                       "c durable-node-completed", "completed durable-node-completed"]
