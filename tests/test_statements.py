@@ -243,3 +243,48 @@ def test_a_hot_statement_reads_its_values_as_djangos_cursor_does(settings, prepa
         assert [type(value) for value in row] == [type(value) for value in expected]
         assert row[0].tzinfo == expected[0].tzinfo and row[0].utcoffset() == dt.timedelta(0)
         assert row[5] == '{"a": [1, 2]}'
+
+
+def _send(how: str, sql: str, params):
+    """One statement sent the way `how` names: alone (execute) or in a transaction of its own."""
+    if how == "in_transaction":
+        return sending.in_transaction("default", [("SELECT %s", [1])], sql, params)
+    return sending.execute("default", sql, params)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["execute", "in_transaction"])
+@pytest.mark.parametrize("prepared", [True, False])
+def test_a_hot_statement_is_sent_as_djangos_cursor_would(settings, how, prepared):
+    """The hot statements are sent on psycopg's cursor itself, past Django's wrapper: still, an
+    error reaches the caller as Django's (with psycopg's as its cause), a statement in a broken
+    transaction is refused, and a connection's execute wrappers see every statement."""
+    from django.db import IntegrityError, connection, transaction
+    from django.db.transaction import TransactionManagementError
+
+    settings.DURABLE_PREPARED_STATEMENTS = prepared
+    import psycopg
+
+    for _ in range(3):  # prepared from its second use
+        with pytest.raises(IntegrityError) as raised:
+            _send(how, "INSERT INTO durable_work_item (id, kind) VALUES (%s, NULL) RETURNING id", [1])
+        assert isinstance(raised.value.__cause__, psycopg.errors.NotNullViolation)
+        assert _send(how, "SELECT %s::integer + 1", [1])[0][0] == 2
+
+    seen = []
+
+    def record(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert _send(how, "SELECT %s::integer * 3", [2])[0][0] == 6
+    assert any("* 3" in sql for sql in seen), seen
+
+    if how == "execute":  # (in_transaction inside a caller's transaction sends by Django's cursor)
+        with transaction.atomic():
+            with pytest.raises(IntegrityError):
+                with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+                    cursor.execute("INSERT INTO durable_work_item (id, kind) VALUES (1, NULL)")
+            with pytest.raises(TransactionManagementError):
+                sending.execute("default", "SELECT %s::integer", [1])

@@ -27,8 +27,9 @@ def _cursor(db: str, sql: str):
     Parsing and planning these statements costs more than executing them. Django's cursors bind
     parameters client-side and never prepare, so user code in the worker is unaffected; this
     one cursor binds server-side on the same connection and session (an atomic step's
-    checkpoint joins the step's transaction) and goes through Django's wrapper, so execute
-    wrappers and error translation still apply. It is a RawCursor, given the statement with its
+    checkpoint joins the step's transaction) in Django's wrapper; execute() sends on the psycopg
+    cursor inside it with the wrapper's checks and error translation, and through the wrapper
+    itself while the connection has execute wrappers. It is a RawCursor, given the statement with its
     placeholders numbered once (`_numbered`): psycopg converts `%s` again at every execution
     of a statement longer than 4 KB, which most of these are. Making a cursor and Django's wrapper
     around it cost a tenth of a start: each connection keeps one of each kind (`_kept`).
@@ -149,10 +150,20 @@ def execute(db: str, sql: str, params):
     try:
         cursor, text, owned = _cursor(db, sql)
         try:
-            cursor.execute(text, params)
-            # Every statement here ends in a SELECT; asking for `description` first would build
-            # a column object for each of its (up to 22) columns.
-            return cursor.fetchone(), cursor.rowcount
+            connection = cursor.db
+            if owned or connection.execute_wrappers:
+                cursor.execute(text, params)
+                # Every statement here ends in a SELECT; asking for `description` first would
+                # build a column object for each of its (up to 22) columns.
+                return cursor.fetchone(), cursor.rowcount
+            # A kept cursor is sent on directly, as Django's wrapper would (refused in a broken
+            # transaction, psycopg's errors made Django's) without its layers: a sixth of a short
+            # statement's CPU. With execute wrappers installed, the wrapper, so they see it.
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors:
+                sent = cursor.cursor
+                sent.execute(text, params)
+                return sent.fetchone(), sent.rowcount
         finally:
             if owned:
                 cursor.close()
@@ -189,6 +200,8 @@ def in_transaction(db: str, prelude: list[tuple[str, list]], sql: str, params, *
             return execute(db, sql, params)
     cursor, text, owned = _cursor(db, sql)
     raw = connection.connection
+    if not (owned or connection.execute_wrappers):
+        cursor = cursor.cursor  # sent on directly, as execute() does (in autocommit: nothing broken)
     try:
         with connection.wrap_database_errors:
             with raw.pipeline():
