@@ -69,10 +69,10 @@ def _window() -> tuple:
 def w5(jobs: int, processes: int) -> None:
     from peer_tasks import one_step
 
-    enqueue_per_s = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
+    enqueued = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
     drained = _drain(processes)
     done, window = _window()
-    report_w5("django-absurd", version("django-absurd"), jobs, done, window, enqueue_per_s, drained)
+    report_w5("django-absurd", version("django-absurd"), jobs, done, window, enqueued, drained)
 
 
 def w1(jobs: int, processes: int) -> None:

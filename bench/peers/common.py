@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 
 def busy_seconds() -> float:
@@ -207,19 +208,26 @@ def analyze(url: str) -> None:
         connection.execute("ANALYZE")
 
 
-def timed_enqueue(enqueue, count: int) -> float:
-    """Enqueue `count` jobs one at a time (each its own commit); return how many per second."""
-    started = time.perf_counter()
+class Enqueued(NamedTuple):
+    """W5's enqueue: jobs per second, and the enqueuing process's CPU a job (µs: the client's side)."""
+
+    per_s: float
+    cpu_us: float
+
+
+def timed_enqueue(enqueue, count: int) -> Enqueued:
+    """Enqueue `count` jobs one at a time (each its own commit); how many per second, and the CPU."""
+    started, cpu = time.perf_counter(), time.process_time()
     for n in range(count):
         enqueue(n)
-    return count / (time.perf_counter() - started)
+    return Enqueued(count / (time.perf_counter() - started), 1e6 * (time.process_time() - cpu) / count)
 
 
 def report(figures: dict) -> None:
     print(json.dumps(figures), flush=True)
 
 
-def report_w5(system: str, version: str, jobs: int, done: int, window, enqueue_per_s: float, drained: dict) -> None:
+def report_w5(system: str, version: str, jobs: int, done: int, window, enqueued: Enqueued, drained: dict) -> None:
     """Check every job finished; print the W5 figures: drained per second over `window` (the first
     job's start to the last one's end, epoch seconds by the database's clock, the same machine's);
     over that window, the CPU per job of the workers and PostgreSQL ("cpu_ms_per_job", and each
@@ -231,7 +239,8 @@ def report_w5(system: str, version: str, jobs: int, done: int, window, enqueue_p
     machine, workers, database = drained.pop("samples"), drained.pop("worker_samples"), drained.pop("database_samples")
     per_job = {name: 1000 * cpu_during(samples, start, end) / jobs
                for name, samples in (("workers", workers), ("database", database), ("machine", machine))}
-    report({"system": system, "version": version, "jobs": jobs, "enqueue_per_s": enqueue_per_s,
+    report({"system": system, "version": version, "jobs": jobs, "enqueue_per_s": enqueued.per_s,
+            "enqueue_cpu_us": enqueued.cpu_us,
             "drain_per_s": jobs / (end - start), "cpu_ms_per_job": per_job["workers"] + per_job["database"],
             "workers_cpu_ms_per_job": per_job["workers"], "database_cpu_ms_per_job": per_job["database"],
             "machine_cpu_ms_per_job": per_job["machine"], **drained})

@@ -86,12 +86,12 @@ def _drained():
 def w5(jobs: int, processes: int) -> None:
     client = _client()
     options = {"queue_name": "bench", "workflow_name": "one_step"}
-    enqueue_per_s = timed_enqueue(lambda n: client.enqueue(options, n), jobs)
+    enqueued = timed_enqueue(lambda n: client.enqueue(options, n), jobs)
     client.destroy()
     analyze(URL)
     drained = run_workers([[sys.executable, __file__, "worker"]] * processes, env=ENV)
     done, window = _drained()
-    report_w5("dbos", version("dbos"), jobs, done, window, enqueue_per_s, drained)
+    report_w5("dbos", version("dbos"), jobs, done, window, enqueued, drained)
 
 
 def w1(jobs: int, processes: int) -> None:

@@ -52,7 +52,7 @@ def w5(peer: Peer, script: str, jobs: int, processes: int) -> None:
     from django.db import connection
     from peer_tasks import one_step
 
-    enqueue_per_s = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
+    enqueued = timed_enqueue(lambda n: one_step.enqueue(n), jobs)
     connection.close()
     analyze(URL)
     drained = run_workers([[sys.executable, script, "worker", peer.batch]] * processes, env=_env(), url=URL)
@@ -60,7 +60,7 @@ def w5(peer: Peer, script: str, jobs: int, processes: int) -> None:
         cursor.execute("SELECT count(*) FILTER (WHERE status = 'SUCCESSFUL'), "
                        f"EXTRACT(EPOCH FROM min(started_at)), EXTRACT(EPOCH FROM max(finished_at)) FROM {peer.table}")
         done, *window = cursor.fetchone()
-    report_w5(peer.name, version(peer.name), jobs, done, window, enqueue_per_s, drained)
+    report_w5(peer.name, version(peer.name), jobs, done, window, enqueued, drained)
 
 
 def w2(peer: Peer, script: str, jobs: int) -> None:

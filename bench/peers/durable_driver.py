@@ -53,14 +53,14 @@ def w5(jobs: int, processes: int, workflows: bool = False) -> None:
 
     harness.truncate()
     enqueue = (lambda n: durable.start("bench.one_step")) if workflows else (lambda n: one_step.enqueue(n))
-    enqueue_per_s = timed_enqueue(enqueue, jobs)
+    enqueued = timed_enqueue(enqueue, jobs)
     drained, done, window = _drain(processes)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM durable_step")
         (journal,) = cursor.fetchone()
     assert journal == (jobs if workflows else 0), f"{journal} journal entries for {jobs} runs"
     report_w5("django-durable-workflows" if workflows else "django-durable", VERSION, jobs, done, window,
-              enqueue_per_s, drained)
+              enqueued, drained)
 
 
 def w1(workflows: int, processes: int) -> None:

@@ -22,7 +22,7 @@ from importlib.metadata import version
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import analyze, argument, latency_w2, report_w5, run_workers, serving  # noqa: E402
+from common import Enqueued, analyze, argument, latency_w2, report_w5, run_workers, serving  # noqa: E402
 
 URL = (os.environ.get("OBAN_BENCH_URL") or argument("url", "")).replace("postgres://", "postgresql://", 1)
 ENV = {"OBAN_BENCH_URL": URL}
@@ -62,18 +62,18 @@ async def _install() -> None:
         await pool.close()
 
 
-async def _enqueue_all(jobs: int, first: int = 0) -> float:
-    """Enqueue `jobs` jobs one at a time through a client (no queues); return how many per second."""
+async def _enqueue_all(jobs: int, first: int = 0) -> Enqueued:
+    """Enqueue `jobs` jobs one at a time through a client (no queues); how many per second, and the CPU."""
     from oban import Oban
 
     one_step = _worker_class()
     pool = await _pool()
     try:
         async with Oban(pool=pool):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for n in range(first, first + jobs):
                 await one_step.enqueue({"n": n})
-            return jobs / (time.perf_counter() - started)
+            return Enqueued(jobs / (time.perf_counter() - started), 1e6 * (time.process_time() - cpu) / jobs)
     finally:
         await pool.close()
 
@@ -81,14 +81,14 @@ async def _enqueue_all(jobs: int, first: int = 0) -> float:
 def w5(jobs: int, processes: int) -> None:
     import psycopg
 
-    enqueue_per_s = asyncio.run(_enqueue_all(jobs))
+    enqueued = asyncio.run(_enqueue_all(jobs))
     analyze(URL)
     drained = run_workers([[*CLI, "--drain"]] * processes, env=ENV, url=URL)
     with psycopg.connect(URL) as connection:
         done, *window = connection.execute(
             "SELECT count(*) FILTER (WHERE state = 'completed'), EXTRACT(EPOCH FROM min(attempted_at)), "
             "EXTRACT(EPOCH FROM max(completed_at)) FROM oban_jobs").fetchone()
-    report_w5("oban", version("oban"), jobs, done, window, enqueue_per_s, drained)
+    report_w5("oban", version("oban"), jobs, done, window, enqueued, drained)
 
 
 def w2(jobs: int) -> None:

@@ -88,7 +88,7 @@ def w5(jobs: int, processes: int) -> None:
     import psycopg
 
     with psycopg.connect(URL, autocommit=True) as connection:
-        enqueue_per_s = timed_enqueue(_enqueuer(connection), jobs)
+        enqueued = timed_enqueue(_enqueuer(connection), jobs)
     analyze(URL)
     drained = run_workers([[*CLI, "--drain"]] * processes, env=ENV, url=URL)
     with psycopg.connect(URL) as connection:
@@ -96,7 +96,7 @@ def w5(jobs: int, processes: int) -> None:
         window = connection.execute(
             "SELECT EXTRACT(EPOCH FROM min(created) FILTER (WHERE status = 'picked')), "
             "EXTRACT(EPOCH FROM max(created) FILTER (WHERE status = 'successful')) FROM pgqueuer_log").fetchone()
-    report_w5(NAME, version("pgqueuer"), jobs, done, window, enqueue_per_s, drained)
+    report_w5(NAME, version("pgqueuer"), jobs, done, window, enqueued, drained)
 
 
 def w2(jobs: int) -> None:

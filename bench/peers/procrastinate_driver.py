@@ -32,7 +32,7 @@ def one_step(n):
 
 def w5(jobs: int, processes: int) -> None:
     with app.open():
-        enqueue_per_s = timed_enqueue(lambda n: one_step.defer(n=n), jobs)
+        enqueued = timed_enqueue(lambda n: one_step.defer(n=n), jobs)
         analyze(URL)
         drained = run_workers([[*CLI, "worker", "--concurrency", "1", "--one-shot"]] * processes, env=ENV)
     import psycopg
@@ -43,7 +43,7 @@ def w5(jobs: int, processes: int) -> None:
         window = connection.execute(
             "SELECT EXTRACT(EPOCH FROM min(at) FILTER (WHERE type = 'started')), "
             "EXTRACT(EPOCH FROM max(at) FILTER (WHERE type = 'succeeded')) FROM procrastinate_events").fetchone()
-    report_w5("procrastinate", version("procrastinate"), jobs, done, window, enqueue_per_s, drained)
+    report_w5("procrastinate", version("procrastinate"), jobs, done, window, enqueued, drained)
 
 
 def w2(jobs: int) -> None:

@@ -14,7 +14,8 @@ its own, after a CHECKPOINT. The workloads:
 
 - W5-fresh: W5 with no ANALYZE before the drain, as a fresh install meets its tables (autovacuum
   may analyze them during the drain, as it would there);
-- W5: N one-step jobs enqueued one at a time (each its own commit: the enqueue rate), then
+- W5: N one-step jobs enqueued one at a time (each its own commit: the enqueue rate, and the
+  enqueuing process's CPU a job, the client's share of an enqueue), then
   drained by P worker processes (jobs per second from the first job's start to the last one's
   end, by the database's clock), with the machine's busy CPU over the drain divided by N
   (workers and PostgreSQL together) and the largest worker's peak RSS;
@@ -194,7 +195,7 @@ def w5_table(rounds, names, args, key: str = "w5") -> str:
     title = "W5" if key == "w5" else "W5 as a fresh install meets its tables (no ANALYZE before the drain)"
     lines = [f"{title}: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", f"| system | version | jobs drained/s | share of the ceiling (per round) | vs {rival} (per round) "
-             "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s (client CPU a job) | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
         drained = _median(rounds, key, name, "drain_per_s")
         share = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", "ceiling")) \
@@ -202,11 +203,13 @@ def w5_table(rounds, names, args, key: str = "w5") -> str:
         versus = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", rival)) \
             if rival in names and name not in ("ceiling", rival) else "—"
         enqueue, rss = _median(rounds, key, name, "enqueue_per_s"), _median(rounds, key, name, "worker_peak_rss_mb")
+        client = _median(rounds, key, name, "enqueue_cpu_us")
+        enqueue_text = f"{enqueue:.0f}" + (f" ({client:.0f} µs)" if client else "") if enqueue else "—"
         machine = _median(rounds, key, name, "machine_cpu_ms_per_job")
         machine = f"{machine:.2f} ms" if machine else "—"
         lines.append(f"| {name} | {_version(rounds, key, name)} | {drained:.0f} | {share} | {versus} "
                      f"| {_cpu(rounds, name, key)} ({machine}) "
-                     f"| {f'{enqueue:.0f}' if enqueue else '—'} | {f'{rss:.0f} MB' if rss else '—'} |")
+                     f"| {enqueue_text} | {f'{rss:.0f} MB' if rss else '—'} |")
     return "\n".join(lines)
 
 
