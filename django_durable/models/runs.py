@@ -295,10 +295,13 @@ class WorkflowRun(models.Model):
         ]
         indexes = [
             # The admin's run list, newest first (its order ends with the id, as the admin's does:
-            # without it the list sorts the whole table), also by status and by workflow.
-            models.Index(fields=["status", "-created_at", "-id"], name="durable_run_status_list"),
-            models.Index(fields=["workflow", "-created_at", "-id"], name="durable_run_workflow_list"),
-            models.Index(fields=["-created_at", "-id"], name="durable_run_created_list"),
+            # without it the list sorts the whole table), also by status and by workflow. In
+            # ascending order, read backwards: a new run's entry then goes to the last page, as the
+            # pages fill, where in descending order every start would go to the first page and
+            # split it in halves (measured: 149 bytes of these indexes a run against 266).
+            models.Index(fields=["status", "created_at", "id"], name="durable_run_status_created"),
+            models.Index(fields=["workflow", "created_at", "id"], name="durable_run_workflow_created"),
+            models.Index(fields=["created_at", "id"], name="durable_run_created"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="durable_run_finished"),
             # durable.runs_for(obj) and the runs shown on a model's admin page.
             models.Index(fields=["subject_type", "subject_id", "-created_at"], condition=Q(subject_id__isnull=False),
