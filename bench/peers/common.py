@@ -214,13 +214,24 @@ class Enqueued(NamedTuple):
     per_s: float
     cpu_us: float
 
+    @staticmethod
+    def clocks() -> tuple[float, float]:
+        """The wall clock and the process's CPU clock now, for since()."""
+        return time.perf_counter(), time.process_time()
+
+    @classmethod
+    def since(cls, clocks: tuple[float, float], count: int) -> Enqueued:
+        """`count` jobs enqueued since clocks() gave `clocks`."""
+        wall, cpu = clocks
+        return cls(count / (time.perf_counter() - wall), 1e6 * (time.process_time() - cpu) / count)
+
 
 def timed_enqueue(enqueue, count: int) -> Enqueued:
     """Enqueue `count` jobs one at a time (each its own commit); how many per second, and the CPU."""
-    started, cpu = time.perf_counter(), time.process_time()
+    began = Enqueued.clocks()
     for n in range(count):
         enqueue(n)
-    return Enqueued(count / (time.perf_counter() - started), 1e6 * (time.process_time() - cpu) / count)
+    return Enqueued.since(began, count)
 
 
 def report(figures: dict) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from importlib.metadata import version
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -70,10 +69,10 @@ async def _enqueue_all(jobs: int, first: int = 0) -> Enqueued:
     pool = await _pool()
     try:
         async with Oban(pool=pool):
-            started, cpu = time.perf_counter(), time.process_time()
+            began = Enqueued.clocks()
             for n in range(first, first + jobs):
                 await one_step.enqueue({"n": n})
-            return Enqueued(jobs / (time.perf_counter() - started), 1e6 * (time.process_time() - cpu) / jobs)
+            return Enqueued.since(began, jobs)
     finally:
         await pool.close()
 

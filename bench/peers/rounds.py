@@ -204,7 +204,7 @@ def w5_table(rounds, names, args, key: str = "w5") -> str:
             if rival in names and name not in ("ceiling", rival) else "—"
         enqueue, rss = _median(rounds, key, name, "enqueue_per_s"), _median(rounds, key, name, "worker_peak_rss_mb")
         client = _median(rounds, key, name, "enqueue_cpu_us")
-        enqueue_text = f"{enqueue:.0f}" + (f" ({client:.0f} µs)" if client else "") if enqueue else "—"
+        enqueue_text = (f"{enqueue:.0f}" + (f" ({client:.0f} µs)" if client else "")) if enqueue else "—"
         machine = _median(rounds, key, name, "machine_cpu_ms_per_job")
         machine = f"{machine:.2f} ms" if machine else "—"
         lines.append(f"| {name} | {_version(rounds, key, name)} | {drained:.0f} | {share} | {versus} "

@@ -27,9 +27,8 @@ def _cursor(db: str, sql: str):
     Parsing and planning these statements costs more than executing them. Django's cursors bind
     parameters client-side and never prepare, so user code in the worker is unaffected; this
     one cursor binds server-side on the same connection and session (an atomic step's
-    checkpoint joins the step's transaction) in Django's wrapper; execute() sends on the psycopg
-    cursor inside it with the wrapper's checks and error translation, and through the wrapper
-    itself while the connection has execute wrappers. It is a RawCursor, given the statement with its
+    checkpoint joins the step's transaction); it keeps Django's wrapper and its error translation
+    (below). It is a RawCursor, given the statement with its
     placeholders numbered once (`_numbered`): psycopg converts `%s` again at every execution
     of a statement longer than 4 KB, which most of these are. Making a cursor and Django's wrapper
     around it cost a tenth of a start: each connection keeps one of each kind (`_kept`).
@@ -64,7 +63,10 @@ def _cursor(db: str, sql: str):
         made = psycopg.Cursor(raw) if numbered is None else psycopg.RawCursor(raw)
         made.format = psycopg.pq.Format.BINARY  # its rows read without parsing text: _binary_loaders()
         cursor = kept[numbered is None] = connection._prepare_cursor(made)
-    return cursor, sql if numbered is None else numbered, False
+    # The psycopg cursor itself, past the wrapper's layers (a sixth of a short statement's CPU):
+    # execute() and in_transaction() do what the wrapper does. With execute wrappers installed,
+    # the wrapper, so that they see the statement.
+    return cursor if connection.execute_wrappers else cursor.cursor, sql if numbered is None else numbered, False
 
 
 # Each connection's cursors for the hot statements (a psycopg Cursor for a statement with a `%`
@@ -150,20 +152,15 @@ def execute(db: str, sql: str, params):
     try:
         cursor, text, owned = _cursor(db, sql)
         try:
-            connection = cursor.db
-            if owned or connection.execute_wrappers:
+            # As Django's cursor wrapper sends (refused in a broken transaction, psycopg's errors
+            # made Django's), for the psycopg cursor _cursor() may give.
+            connection = connections[db]
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors:
                 cursor.execute(text, params)
                 # Every statement here ends in a SELECT; asking for `description` first would
                 # build a column object for each of its (up to 22) columns.
                 return cursor.fetchone(), cursor.rowcount
-            # A kept cursor is sent on directly, as Django's wrapper would (refused in a broken
-            # transaction, psycopg's errors made Django's) without its layers: a sixth of a short
-            # statement's CPU. With execute wrappers installed, the wrapper, so they see it.
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors:
-                sent = cursor.cursor
-                sent.execute(text, params)
-                return sent.fetchone(), sent.rowcount
         finally:
             if owned:
                 cursor.close()
@@ -200,8 +197,6 @@ def in_transaction(db: str, prelude: list[tuple[str, list]], sql: str, params, *
             return execute(db, sql, params)
     cursor, text, owned = _cursor(db, sql)
     raw = connection.connection
-    if not (owned or connection.execute_wrappers):
-        cursor = cursor.cursor  # sent on directly, as execute() does (in autocommit: nothing broken)
     try:
         with connection.wrap_database_errors:
             with raw.pipeline():
