@@ -556,3 +556,42 @@ def test_a_search_by_the_end_of_a_runs_id_finds_it(admin_client, runs):
             plan = "\n".join(row[0] for row in cursor.fetchall())
             cursor.execute("RESET enable_seqscan")
         assert "durable_run_id_reversed" in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("query", "index"), [
+    ("", "durable_run_created"),
+    ("status__exact=failed", "durable_run_status_created"),
+    ("workflow=tests.flow_3", "durable_run_workflow_created"),
+    ("created_at__gte={day}", "durable_run_created"),
+])
+def test_the_run_list_reads_its_page_from_an_index_in_order(admin_client, query, index):
+    """Newest first, as the list shows runs, is its index read backwards: a page reads its 100 rows
+    and stops, where a sort would read every run that matches first (whatever the table holds)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts,
+                queue, priority, created_at, updated_at)
+            SELECT gen_random_uuid(), 'tests.flow_' || (i % 7), CASE WHEN i % 50 = 0 THEN 'failed' ELSE 'completed' END,
+                '', '{"args":[],"kwargs":{}}', 1, 1, 'default', 0, created, created
+            FROM (SELECT i, now() - i * interval '1 minute' AS created FROM generate_series(1, 20000) AS i) AS made
+            """)
+        cursor.execute("ANALYZE durable_workflow_run")
+    day = (timezone.now() - dt.timedelta(days=3)).strftime("%Y-%m-%dT00:00:00%%2B00:00")
+    with CaptureQueriesContext(connection) as captured:
+        assert admin_client.get(f"{RUNS}?{query.format(day=day)}").status_code == 200
+    listed = [q["sql"] for q in captured.captured_queries
+              if 'FROM "durable_workflow_run"' in q["sql"] and "ORDER BY" in q["sql"] and "LIMIT" in q["sql"]]
+    assert len(listed) == 1, [q["sql"] for q in captured.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + listed[0])
+        plan = cursor.fetchone()[0]
+    nodes, stack = [], [plan[0]["Plan"]]
+    while stack:
+        nodes.append(stack.pop())
+        stack.extend(nodes[-1].get("Plans", []))
+    shown = [(node["Node Type"], node.get("Index Name"), node.get("Scan Direction")) for node in nodes]
+    assert not any("Sort" in kind for kind, _, _ in shown), shown
+    assert any(kind.startswith("Index") and name == index and direction == "Backward"
+               for kind, name, direction in shown), shown
