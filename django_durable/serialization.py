@@ -63,6 +63,8 @@ def decode(text: str | None) -> Any:
     """Return the value encoded in `text` (None for None)."""
     if text is None:
         return None
+    if type(text) is str:
+        return _JSON_DECODER.decode(text)
     return json.loads(text, object_hook=_from_tagged)
 
 
@@ -202,6 +204,11 @@ def _from_tagged(obj: dict) -> Any:
         return _DECODERS[tag](obj["v"])
     except KeyError:
         raise ValueError(f"Unknown stored type tag {tag!r}.") from None
+
+
+# decode()'s decoder, made once: json.loads(text, object_hook=…) makes one at each call, half the
+# cost of decoding a small value.
+_JSON_DECODER = json.JSONDecoder(object_hook=_from_tagged)
 
 
 MAX_MESSAGE_CHARS = 10_000

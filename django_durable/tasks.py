@@ -354,7 +354,7 @@ def _finished(call: _Call, run_id, *, succeeded: bool, result: str | None, error
     """task_finished, once a task's run has ended (after its end was committed), given its result
     or error as stored (JSON text): read only when someone hears it."""
     task = call.task
-    running = _running.pop(str(run_id), None)
+    running = _running.pop(str(run_id), None) if _running else None  # filled only while someone hears
     if not heard(task_finished, log_task_finished, logging.INFO if succeeded else logging.ERROR):
         return
     result, error = serialization.decode(result), serialization.decode(error)

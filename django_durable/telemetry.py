@@ -22,7 +22,8 @@ import logging
 import sys
 from contextlib import contextmanager
 
-_log_context: contextvars.ContextVar[tuple[str, str, str]] = contextvars.ContextVar(
+# The run (its id, as given: made text only when a record is logged), workflow and step worked on.
+_log_context: contextvars.ContextVar[tuple[object, str, str]] = contextvars.ContextVar(
     "durable_log_context", default=("", "", ""))
 
 
@@ -68,8 +69,8 @@ def run_span(run_id, workflow: str, traceparent: str | None, *, attempt: int, de
     """The span of one advance of a run (child of the span that started it), and the log context."""
     trace = _tracing()
     if trace is None:
-        return _LogContext((str(run_id), workflow, ""))
-    return _span(f"durable.run {workflow}", (str(run_id), workflow, ""), traceparent,
+        return _LogContext((run_id, workflow, ""))
+    return _span(f"durable.run {workflow}", (run_id, workflow, ""), traceparent,
                  {"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.run_attempt": attempt,
                   "durable.delivery": delivery}, kind=trace.SpanKind.CONSUMER)
 
@@ -78,8 +79,8 @@ def step_span(run_id, workflow: str, key: str, attempt: int, traceparent: str | 
     """The span of one attempt of a step (under the current run span, or `traceparent` for a
     branch run by a worker of its own), and the log context naming the step."""
     if _tracing() is None:
-        return _LogContext((str(run_id), workflow, key))
-    return _span(f"durable.step {key}", (str(run_id), workflow, key), traceparent,
+        return _LogContext((run_id, workflow, key))
+    return _span(f"durable.step {key}", (run_id, workflow, key), traceparent,
                  {"durable.run_id": str(run_id), "durable.workflow": workflow, "durable.step": key,
                   "durable.step_attempt": attempt}, errors=True)
 
@@ -136,7 +137,8 @@ class LogContextFilter(logging.Filter):
     """Adds run_id, workflow and step_key (the run and step being worked on, or "") to records."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.run_id, record.workflow, record.step_key = _log_context.get()
+        run_id, record.workflow, record.step_key = _log_context.get()
+        record.run_id = str(run_id)
         return True
 
 

@@ -223,7 +223,7 @@ def test_a_prepared_claim_finds_the_next_item_by_its_index(queues):
 
 @pytest.mark.parametrize("prepared", [True, False])
 def test_a_hot_statement_reads_its_values_as_djangos_cursor_does(settings, prepared):
-    """The hot statements read their rows in PostgreSQL's binary format (statements._binary_loaders):
+    """The hot statements read their rows in PostgreSQL's binary format (statements._binary_formats):
     each value comes back equal to, and of the same type as, what Django's own cursor reads, the
     timestamps in Django's timezone and a jsonb value as text."""
     from django.db import connection
@@ -243,6 +243,31 @@ def test_a_hot_statement_reads_its_values_as_djangos_cursor_does(settings, prepa
         assert [type(value) for value in row] == [type(value) for value in expected]
         assert row[0].tzinfo == expected[0].tzinfo and row[0].utcoffset() == dt.timedelta(0)
         assert row[5] == '{"a": [1, 2]}'
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_a_binary_array_reaches_the_statement_as_a_list_would(settings, prepared):
+    """statements.Binary arrays (a batch's ids, tokens and results; start_many's columns) give the
+    statement what a list gives, prepared (sent in binary) or not (sent as text by Django's cursor):
+    quotes, backslashes, NULLs and empty arrays included."""
+    from django.db import connection
+
+    settings.DURABLE_PREPARED_STATEMENTS = prepared
+    sql = ("SELECT %s::bigint[], %s::uuid[], %s::text[], %s::varchar[], %s::integer[], %s::timestamptz[], "
+           "%s::uuid[], array_length(%s::text[], 1)")
+    values = [[1, 2**40], [uuid.uuid4(), None], ['{"a": "\\ \"x\""}', None, "", "é{},"], ["default"], [0, -3],
+              [dt.datetime(2026, 11, 29, 3, 0, tzinfo=dt.UTC), None], [], [None, None]]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        expected = cursor.fetchone()
+    for _ in range(3):  # prepared from its second use
+        row, count = sending.execute("default", sql, [sending.Binary(value) for value in values])
+        assert (row, count) == (expected, 1)
+    if prepared:  # where prepared, the arrays went in binary (psycopg's binary dumper for Binary)
+        from psycopg.adapt import PyFormat
+
+        dumper = connection.connection.adapters.get_dumper(sending.Binary, PyFormat.AUTO)
+        assert dumper.format == 1, dumper
 
 
 def _send(how: str, sql: str, params):

@@ -296,7 +296,7 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
         sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select,
                                             snapshot_moved=queries.SNAPSHOT_MOVED), list(pick_params))
     sql, pick_params = sql
-    values = [*_filled(pick_params, 0, floor), list(tokens), params.worker, params.lease, params.worker]
+    values = [*_filled(pick_params, 0, floor), statements.Binary(tokens), params.worker, params.lease, params.worker]
     rows = statements.in_transaction(db, [_INDEXED, _ORDERED] if floor is not None else [_INDEXED], sql, values,
                                      all_rows=True)
     return [(claimed, row[-1]) for row in rows if (claimed := ClaimRow._make(row[:-1]).claimed()) is not None]
@@ -319,8 +319,8 @@ def finish_runs(endings: list[Ending]) -> dict[int, str]:
         for claim, record in records:
             step_params += [claim.run_id, *record.values]
     sql = _fill(queries.FINISH_RUNS, steps=steps)
-    params = [[e.claim.item_id for e in endings], [e.claim.token for e in endings], [e.result for e in endings],
-              *step_params]
+    params = [statements.Binary([e.claim.item_id for e in endings]), statements.Binary([e.claim.token for e in endings]),
+              statements.Binary([e.result for e in endings]), *step_params]
     ended = statements.in_transaction(db, [_INDEXED], sql, params)[0][0] or []
     return {item_id: status or UNCHANGED for item_id, status in ended}
 

@@ -245,9 +245,10 @@ def insert_ready(runs: list[NewRun], db: str, *, skip_existing: bool = False, no
         batch = runs[first:first + START_MANY_BATCH]
         taken = _turns(db, batch)  # {run id: its turn} of the runs in fair queues
         if conf.is_postgres(db):
-            arrays = [[getattr(run, name) for run in batch] for name in _START_MANY_ARRAYS]
+            arrays = [statements.Binary([getattr(run, name) for run in batch]) for name in _START_MANY_ARRAYS]
             inputs = json.dumps([run.input for run in batch])
-            _insert(db, queries.START_MANY, [*arrays, inputs, *([list(taken), list(taken.values())] if taken else [])],
+            turns = [statements.Binary(taken), statements.Binary(taken.values())] if taken else []
+            _insert(db, queries.START_MANY, [*arrays, inputs, *turns],
                     skip_existing=skip_existing, turns="many" if taken else None,
                     notify=queries.START_NOTIFY if notify and first + START_MANY_BATCH >= len(runs) else "",
                     id_time_value=", durable_run_id_time(given.id)")

@@ -61,7 +61,7 @@ def _cursor(db: str, sql: str):
     cursor = kept.get(numbered is None)
     if cursor is None or cursor.closed:
         made = psycopg.Cursor(raw) if numbered is None else psycopg.RawCursor(raw)
-        made.format = psycopg.pq.Format.BINARY  # its rows read without parsing text: _binary_loaders()
+        made.format = psycopg.pq.Format.BINARY  # its rows read without parsing text: _binary_formats()
         cursor = kept[numbered is None] = connection._prepare_cursor(made)
     # The psycopg cursor itself, past the wrapper's layers (a sixth of a short statement's CPU):
     # execute() and in_transaction() do what the wrapper does. With execute wrappers installed,
@@ -97,21 +97,37 @@ def _unique_names(raw) -> bool:
         return False
     if manager._prepared_idx == 0:  # nothing prepared on it yet
         manager._prepared_idx = secrets.randbits(48)
-    _binary_loaders(raw)
+    _binary_formats(raw)
     _named.add(raw)
     return True
 
 
-def _binary_loaders(raw) -> None:
-    """Let the hot statements read their rows in PostgreSQL's binary format, as Django reads text.
+class Binary(list):
+    """A hot statement's array parameter (ids, tokens, results of a batch), sent in PostgreSQL's
+    binary format where the statement is prepared (_binary_formats): its items of one type, each
+    of a type psycopg dumps in binary (int, str, uuid, an aware datetime) or None.
+
+    psycopg sends a list in text by default, item by item in Python, quoting and escaping each (a
+    JSON result: 5 µs an item; in binary 0.2 µs). Elsewhere (a statement sent unprepared, through
+    Django's cursor) it is a list like any other, sent as text.
+    """
+
+    __slots__ = ()
+
+
+def _binary_formats(raw) -> None:
+    """Let the hot statements read their rows in PostgreSQL's binary format, as Django reads text,
+    and send their Binary arrays in it.
 
     A uuid, an integer or a timestamp in binary is loaded without parsing its text. psycopg's
     binary loaders give the values Django's text ones give (a timestamp in the session's timezone,
     which Django sets to its own), but for jsonb, which Django reads as text for its JSONField: so
-    here, on this connection alone (Django's own queries read text), does a binary jsonb.
+    here, on this connection alone (Django's own queries read text), does a binary jsonb. Binary
+    is a type only these statements pass: Django's queries on the connection dump as before.
     """
     import psycopg
     from psycopg.adapt import Loader
+    from psycopg.types.array import ListBinaryDumper
 
     class JsonbText(Loader):
         format = psycopg.pq.Format.BINARY
@@ -120,6 +136,7 @@ def _binary_loaders(raw) -> None:
             return bytes(data[1:]).decode()  # after its format's version byte
 
     raw.adapters.register_loader("jsonb", JsonbText)
+    raw.adapters.register_dumper(Binary, ListBinaryDumper)
 
 
 def _idle(raw) -> bool:
