@@ -18,7 +18,6 @@ import datetime as dt
 import signal
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
@@ -104,39 +103,59 @@ class Alarm:
     def __init__(self, session):
         self.session = session
 
-    @contextmanager
-    def __call__(self, deadline: dt.datetime | None, key: str, *, cancellable: bool = True):
-        claim = self.session.claim
-        run_deadline = self.session.deadline
-        now = time.monotonic()
-        step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
-        run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
-        ends = [t for t in (step_at, run_at) if t is not None]
-        outer_deadline, outer_active = claim.step_deadline, claim.step_active
-        claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []), default=None)
-        claim.step_active = cancellable and (outer_active if outer_active is not None else True)
-        in_main = threading.current_thread() is threading.main_thread()
-        if not in_main:
-            try:
-                yield
-            finally:
-                claim.step_deadline, claim.step_active = outer_deadline, outer_active
-            return
+    def __call__(self, deadline: dt.datetime | None, key: str, *, cancellable: bool = True) -> _Covered:
+        return _Covered(self.session, deadline, key, cancellable)
+
+
+class _Covered:
+    """One step's code under its alarm: a context manager of its own (not a generator's), as it
+    wraps every step and task."""
+
+    __slots__ = ("session", "deadline", "key", "cancellable", "claim", "outer", "in_main", "timed")
+
+    def __init__(self, session, deadline: dt.datetime | None, key: str, cancellable: bool):
+        self.session, self.deadline, self.key, self.cancellable = session, deadline, key, cancellable
+
+    def __enter__(self) -> None:
         global _previous_handler, _installed
+        deadline = self.deadline
+        claim = self.claim = self.session.claim
+        run_deadline = self.session.deadline
+        if deadline is None and run_deadline is None:
+            step_at = run_at = None
+            ends: list[float] = []
+        else:
+            now = time.monotonic()
+            step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
+            run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
+            ends = [t for t in (step_at, run_at) if t is not None]
+        outer_deadline, outer_active = self.outer = claim.step_deadline, claim.step_active
+        claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []), default=None)
+        claim.step_active = self.cancellable and (outer_active if outer_active is not None else True)
+        self.in_main = threading.current_thread() is threading.main_thread()
+        if not self.in_main:
+            return
         if ends and not _permanent and not _installed:
             # Outside a worker the handler is ours only while a timed step runs.
             _previous_handler, _installed = signal.signal(signal.SIGALRM, _on_alarm), True
-        timed = bool(ends) or any(f.step_at is not None or f.run_at is not None for f in _frames)
-        _frames.append(_Frame(key, claim, step_at, deadline, run_at, claim.step_active))
-        try:
-            if ends:
+        self.timed = bool(ends) or any(f.step_at is not None or f.run_at is not None for f in _frames)
+        _frames.append(_Frame(self.key, claim, step_at, deadline, run_at, claim.step_active))
+        if ends:
+            try:
                 _arm()
-            yield
-        finally:
+            except BaseException:  # an interrupt that came first: the step never starts
+                self.__exit__()
+                raise
+
+    def __exit__(self, *exc) -> bool:
+        global _previous_handler, _installed
+        claim = self.claim
+        if self.in_main:
             _frames.pop()
-            if timed:  # a step with no deadline, under none, never touched the timer
+            if self.timed:  # a step with no deadline, under none, never touched the timer
                 _arm()
             if not _frames and _installed:
                 signal.signal(signal.SIGALRM, _previous_handler)
                 _previous_handler, _installed = None, False
-            claim.step_deadline, claim.step_active = outer_deadline, outer_active
+        claim.step_deadline, claim.step_active = self.outer
+        return False
