@@ -416,3 +416,28 @@ def test_a_step_inside_a_step_does_not_cancel_the_outer_steps_timeout():
     assert durable.wait(run.pk, timeout=1) == "django_durable.exceptions.StepTimeout"
     assert time.monotonic() - started < 20  # interrupted at its 1 s timeout, not after the 30 s nap
     assert ledger_counts(run.pk) == {"inner": 1}
+
+
+def test_an_interrupt_as_a_steps_alarm_arms_leaves_nothing_of_the_step_behind(monkeypatch):
+    """An interrupt that lands while a step's alarm arms (an outer step's deadline passing then)
+    unwinds the alarm before the step's code runs: no frame of it is left for the next step to
+    find itself nested in, and the claim's step deadline is what it was."""
+    from types import SimpleNamespace
+
+    from django_durable.engine import alarm
+
+    claim = SimpleNamespace(step_deadline=None, step_active=None, cancel_sent_at=None,
+                            db_seconds_until=lambda at: 60.0)
+    calls = []
+
+    def interrupted_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise durable.StepTimeout("an outer step's deadline passed")
+
+    monkeypatch.setattr(alarm, "_arm", interrupted_once)
+    with pytest.raises(durable.StepTimeout):
+        with alarm.Alarm(SimpleNamespace(claim=claim, deadline=None))(dt.datetime.now(dt.timezone.utc), "charge"):
+            pytest.fail("the step's code ran")
+    assert alarm._frames == []
+    assert (claim.step_deadline, claim.step_active) == (None, None)

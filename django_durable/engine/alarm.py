@@ -121,14 +121,10 @@ class _Covered:
         deadline = self.deadline
         claim = self.claim = self.session.claim
         run_deadline = self.session.deadline
-        if deadline is None and run_deadline is None:
-            step_at = run_at = None
-            ends: list[float] = []
-        else:
-            now = time.monotonic()
-            step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
-            run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
-            ends = [t for t in (step_at, run_at) if t is not None]
+        now = time.monotonic()
+        step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
+        run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
+        ends = [t for t in (step_at, run_at) if t is not None]
         outer_deadline, outer_active = self.outer = claim.step_deadline, claim.step_active
         claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []), default=None)
         claim.step_active = self.cancellable and (outer_active if outer_active is not None else True)

@@ -319,8 +319,9 @@ def finish_runs(endings: list[Ending]) -> dict[int, str]:
         for claim, record in records:
             step_params += [claim.run_id, *record.values]
     sql = _fill(queries.FINISH_RUNS, steps=steps)
-    params = [statements.Binary([e.claim.item_id for e in endings]), statements.Binary([e.claim.token for e in endings]),
-              statements.Binary([e.result for e in endings]), *step_params]
+    binary = statements.Binary
+    params = [binary([e.claim.item_id for e in endings]), binary([e.claim.token for e in endings]),
+              binary([e.result for e in endings]), *step_params]
     ended = statements.in_transaction(db, [_INDEXED], sql, params)[0][0] or []
     return {item_id: status or UNCHANGED for item_id, status in ended}
 
