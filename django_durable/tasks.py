@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from functools import cached_property
 
-from . import conf, registry, serialization
+from . import conf, registry, serialization, telemetry
 from .exceptions import Cancelled, InvalidArguments, NotSerializable
 from .interrupts import CancelRequested
 from .models import WorkflowEvent, WorkflowRun
@@ -340,14 +340,16 @@ _running: dict[str, TaskResult] = {}  # by run id: the attempt this worker proce
 
 def heard(signal, own, level: int) -> bool:
     """Whether sending `signal` reaches anyone: a receiver besides django.tasks' own logging one
-    (`own`), or that one with its logger enabled at `level`. A worker builds the TaskResults of
-    task_started and task_finished only then: for nobody they were a third of what a task cost it
-    beyond its call."""
+    (`own`), or that one with a handler that would write its line at `level`. A worker builds the
+    TaskResults of task_started and task_finished only then (and reads a retried task's earlier
+    attempts for them): for nobody they were a third of what a task cost it beyond its call. With
+    Django's default LOGGING and DEBUG off, the logger is enabled at INFO but every handler drops
+    the line, so a task's start and success are heard by nobody, and a failure by the admins' mail."""
     own_id = id(own)
     for lookup, *_ in signal.receivers:
         if lookup[0] != own_id:
             return True
-    return _tasks_logger.isEnabledFor(level)
+    return telemetry.emits(_tasks_logger, level)
 
 
 def _finished(call: _Call, run_id, *, succeeded: bool, result: str | None, error: str | None) -> None:

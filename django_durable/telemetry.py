@@ -22,6 +22,8 @@ import logging
 import sys
 from contextlib import contextmanager
 
+from django.conf import settings
+
 # The run (its id, as given: made text only when a record is logged), workflow and step worked on.
 _log_context: contextvars.ContextVar[tuple[object, str, str]] = contextvars.ContextVar(
     "durable_log_context", default=("", "", ""))
@@ -131,6 +133,48 @@ def _tracer():
     from opentelemetry import trace
 
     return trace.get_tracer("django_durable")
+
+
+def emits(logger: logging.Logger, level: int) -> bool:
+    """Whether a record of `level` logged on `logger` would be written by some handler: the logger
+    enabled for it, and a handler on its way up (as ``Logger.callHandlers`` walks them) whose level
+    lets it through and whose filters are not known to drop it. Django's default LOGGING enables
+    its loggers at INFO with a console handler only while DEBUG is on (``RequireDebugTrue``) and
+    mail to admins only at ERROR: such a record is made, then dropped by every handler.
+
+    Only Django's two DEBUG filters are known here; any other filter, a logger's own filters or a
+    handler's own ``filter()`` may let a record through, so they count as writing it.
+    """
+    if not logger.isEnabledFor(level):
+        return False
+    if logger.filters:
+        return True
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level and _passes(handler):
+                return True
+        current = current.parent if current.propagate else None
+    if not found:  # Python's last resort: stderr, at WARNING and above
+        return logging.lastResort is not None and level >= logging.lastResort.level
+    return False
+
+
+def _passes(handler: logging.Handler) -> bool:
+    """False if one of `handler`'s filters is sure to drop every record now (Django's
+    RequireDebugTrue without DEBUG, RequireDebugFalse with it); True otherwise."""
+    if type(handler).filter is not logging.Filterer.filter:
+        return True
+    if not handler.filters:
+        return True
+    from django.utils.log import RequireDebugFalse, RequireDebugTrue
+
+    for kind in map(type, handler.filters):
+        if (kind is RequireDebugTrue and not settings.DEBUG) or (kind is RequireDebugFalse and settings.DEBUG):
+            return False
+    return True
 
 
 class LogContextFilter(logging.Filter):

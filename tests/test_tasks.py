@@ -274,19 +274,27 @@ def test_the_signals_are_sent_with_the_result():
     assert {sender for _, sender, _ in seen} == {DurableBackend}
 
 
-def test_a_worker_builds_task_results_only_for_someone_who_listens(monkeypatch, caplog):
+@pytest.fixture
+def built(monkeypatch):
+    """The statuses of the TaskResults the backend builds, in order."""
+    from django_durable import tasks as backend
+
+    statuses = []
+    original = backend.TaskResult
+
+    def counted(*args, **kwargs):
+        statuses.append(kwargs["status"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "TaskResult", counted)
+    return statuses
+
+
+def test_a_worker_builds_task_results_only_for_someone_who_listens(built, caplog):
     import logging
 
     from django_durable import tasks as backend
 
-    built = []
-    original = backend.TaskResult
-
-    def counted(*args, **kwargs):
-        built.append(kwargs["status"])
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "TaskResult", counted)
     tasks_logger = backend._tasks_logger
     level = tasks_logger.level
     try:
@@ -325,6 +333,49 @@ def test_a_worker_builds_task_results_only_for_someone_who_listens(monkeypatch, 
         assert seen == [TaskResultStatus.SUCCESSFUL] and built == [TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL]
     finally:
         tasks_logger.setLevel(level)
+
+
+def test_django_default_logging_without_debug_hears_only_failures(built, settings):
+    """Django's default LOGGING enables django.tasks' logger at INFO, but without DEBUG its console
+    handler drops every line and the admins' mail takes only errors: a worker builds no TaskResult
+    for a success, and builds one for a failure (the mail would carry it)."""
+    import logging
+
+    from django.utils.log import RequireDebugFalse, RequireDebugTrue
+
+    from django_durable import tasks as backend
+
+    tasks_logger = backend._tasks_logger
+    console, mail = logging.NullHandler(), logging.NullHandler()
+    console.setLevel(logging.INFO)
+    console.addFilter(RequireDebugTrue())
+    mail.setLevel(logging.ERROR)
+    mail.addFilter(RequireDebugFalse())
+    kept = tasks_logger.level, tasks_logger.propagate, tasks_logger.handlers
+    # As Django's "django" logger has them; not propagated to the root, where pytest's capture hears
+    # all (set in the test's body: pytest adds its handler to loggers that do not propagate as a
+    # test's phase begins).
+    tasks_logger.setLevel(logging.INFO)
+    tasks_logger.propagate, tasks_logger.handlers = False, [console, mail]
+    try:
+        settings.DEBUG = False
+        test_tasks.meaning_of_life.enqueue()
+        built.clear()
+        drain()
+        assert built == []
+        test_tasks.fails.enqueue()
+        built.clear()
+        drain()
+        assert built == [TaskResultStatus.FAILED]  # read back at its end, for the mail
+
+        settings.DEBUG = True  # the console now prints each line: both results are built
+        test_tasks.meaning_of_life.enqueue()
+        built.clear()
+        drain()
+        assert built == [TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL]
+    finally:
+        tasks_logger.setLevel(kept[0])
+        tasks_logger.propagate, tasks_logger.handlers = kept[1], kept[2]
 
 
 def test_a_cancelled_task_ends_failed_and_never_runs():

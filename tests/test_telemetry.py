@@ -168,3 +168,62 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def loggers():
+    """A logger tree of its own, cut off from the root (where pytest's capture handlers hear all):
+    "durable_t.django" handled as Django's default LOGGING handles its "django" logger. Call it in
+    the test's body: pytest adds its capture handler to every logger that does not propagate as
+    each phase of a test begins."""
+    import logging
+
+    from django.utils.log import RequireDebugFalse, RequireDebugTrue
+
+    parent, child = logging.getLogger("durable_t.django"), logging.getLogger("durable_t.django.tasks")
+
+    def configure():
+        console, mail = logging.NullHandler(), logging.NullHandler()
+        console.setLevel(logging.INFO)
+        console.addFilter(RequireDebugTrue())
+        mail.setLevel(logging.ERROR)
+        mail.addFilter(RequireDebugFalse())
+        parent.setLevel(logging.INFO)
+        parent.propagate = False
+        parent.handlers = [console, mail]
+        return parent, child
+
+    yield configure
+    parent.handlers, parent.propagate = [], True
+    parent.setLevel(logging.NOTSET)
+    child.setLevel(logging.NOTSET)
+    child.filters.clear()
+
+
+def test_a_record_is_written_only_where_a_handler_would_write_it(loggers, settings):
+    import logging
+
+    from django_durable.telemetry import emits
+
+    parent, child = loggers()
+    settings.DEBUG = False  # Django's default: the console handler drops all, mail takes errors
+    assert not emits(child, logging.INFO) and emits(child, logging.ERROR)
+    settings.DEBUG = True  # the console writes INFO and above; the mail is off
+    assert emits(child, logging.INFO) and not emits(child, logging.DEBUG)
+
+    settings.DEBUG = False
+    child.setLevel(logging.CRITICAL)  # the logger itself not enabled
+    assert not emits(child, logging.ERROR)
+    child.setLevel(logging.NOTSET)
+    console = parent.handlers[0]
+    known = console.filters
+    console.filters = [lambda record: False]  # a filter not known here may let records through
+    assert emits(child, logging.INFO)
+    console.filters = known
+    assert not emits(child, logging.INFO)
+    child.addFilter(lambda record: True)  # so may the logger's own
+    assert emits(child, logging.INFO)
+    child.filters.clear()
+
+    parent.handlers = []  # no handler anywhere: Python's last resort writes warnings and above
+    assert not emits(child, logging.INFO) and emits(child, logging.WARNING)
