@@ -23,6 +23,7 @@ TAG = "__durable__"
 MAX_DEPTH = 100
 
 _PLAIN = (str, int, bool, type(None))
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def encode(value: Any, *, what: str = "value", max_bytes: int | None = None, owner=None) -> str:
@@ -50,7 +51,10 @@ def dumps(plain: Any, *, indent: int | None = None, spaced: bool = False) -> str
     unless the value holds a lone surrogate (valid JSON, not UTF-8): then all of it is escaped.
     `spaced` puts a space after commas and colons on one line, for people (it wraps between items)."""
     separators = (", ", ": ") if spaced else (",", ":") if indent is None else (",", ": ")
-    text = json.dumps(plain, ensure_ascii=False, separators=separators, indent=indent)
+    if indent is None and not spaced:  # what is stored: one kept encoder (json.dumps makes one a call)
+        text = _COMPACT.encode(plain)
+    else:
+        text = json.dumps(plain, ensure_ascii=False, separators=separators, indent=indent)
     if not text.isascii():
         try:
             text.encode()

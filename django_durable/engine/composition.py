@@ -7,7 +7,6 @@ import datetime as dt
 import sys
 import uuid
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +39,10 @@ class StepInfo:
         twice without being told. From a step's own code only (not an atomic step, whose writes
         would commit with it, nor a parallel branch); in an async step, ``await awrite_stream()``.
         """
-        streams = _streams.get()
-        if _current.get() is not self:
+        running = _running.get()
+        if running is None or running[0] is not self:
             raise RuntimeError("write_stream() is for the step's own code while it runs (durable.current_step()).")
+        streams = running[3]
         if streams is None:
             raise RuntimeError(
                 f"Step {self.key!r} cannot write to its run's streams while it runs: it is atomic (its writes commit "
@@ -58,13 +58,15 @@ class StepInfo:
         database connection of its own, closed when the step ends), as the async ORM's queries do."""
         from .live import awrite
 
-        await awrite(_streams.get(), self.write_stream, name, value)
+        running = _running.get()
+        await awrite(running[3] if running is not None else None, self.write_stream, name, value)
 
     @property
     def previous_error(self) -> dict | None:
         """The error of this step's attempt before this one, {"type", "message", "attempt"}, or None
         on a first attempt: a retry may act on why the last one failed."""
-        previous = _previous.get() if _current.get() is self else None
+        running = _running.get()
+        previous = running[2] if running is not None and running[0] is self else None
         if not previous:
             return None
         error = serialization.decode(previous)
@@ -75,16 +77,16 @@ class StepInfo:
     @property
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel the run: a long step may stop early (raise durable.Cancelled)."""
-        claim = _claim.get()
+        running = _running.get()
+        claim = running[1] if running is not None else None
         return bool(claim is not None and claim.run_id == self.run_id and claim.cancel_requested)
 
 
-_current: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("durable_step", default=None)
-_claim: contextvars.ContextVar[Any] = contextvars.ContextVar("durable_claim", default=None)
-# The error of the running step's attempt before this one (JSON text), for StepInfo.previous_error.
-_previous: contextvars.ContextVar[str | None] = contextvars.ContextVar("durable_previous_error", default=None)
-# The running step's writer to its run's streams (engine/live.py), None where it may not write.
-_streams: contextvars.ContextVar[StepStreams | None] = contextvars.ContextVar("durable_step_streams", default=None)
+# The step running now: its StepInfo, its run's claim, the error of its attempt before this one
+# (JSON text, for StepInfo.previous_error) and its writer to its run's streams (engine/live.py;
+# None where it may not write). One variable, set and reset once a step.
+_running: contextvars.ContextVar[tuple[StepInfo, Any, str | None, StepStreams | None] | None] = \
+    contextvars.ContextVar("durable_step", default=None)
 
 
 def _in_event_loop() -> bool:
@@ -99,23 +101,30 @@ def _in_event_loop() -> bool:
 
 def get_current_step() -> StepInfo | None:
     """Return the StepInfo of the step running now in this thread, or None outside a step."""
-    return _current.get()
+    running = _running.get()
+    return running[0] if running is not None else None
 
 
-@contextmanager
 def current_step(run_id, workflow: str, key: str, attempt: int, claim=None, previous: str | None = None,
-                 streams: StepStreams | None = None):
-    token = _current.set(StepInfo(run_id, workflow, key, attempt))
-    streams_token = _streams.set(streams)
-    previous_token = _previous.set(previous)
-    claim_token = _claim.set(claim)
-    try:
-        yield
-    finally:
-        _previous.reset(previous_token)
-        _claim.reset(claim_token)
-        _streams.reset(streams_token)
-        _current.reset(token)
+                 streams: StepStreams | None = None) -> _Running:
+    """Set durable.current_step() for the code run under it: `with current_step(...):`."""
+    return _Running((StepInfo(run_id, workflow, key, attempt), claim, previous, streams))
+
+
+class _Running:
+    """The step running now, as a context manager of its own (not a generator's): it wraps every step."""
+
+    __slots__ = ("value", "token")
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self) -> None:
+        self.token = _running.set(self.value)
+
+    def __exit__(self, *exc) -> bool:
+        _running.reset(self.token)
+        return False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import random as _random
 import traceback
 import uuid as _uuid
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections, transaction
@@ -158,18 +157,12 @@ class Context(Waits, Composition, Flow):
             attempt = self._failed_attempt(key, name, started, attempt, policy, exc, kind)
             deadline = None
 
-    @contextmanager
-    def _covered(self, deadline, key, attempt, cancellable, streams=None):
-        """The step's own code runs here: under its alarm, with durable.current_step() set."""
-        with self._session.alarm(deadline, key, cancellable=cancellable), \
-                current_step(self.run_id, self.workflow, key, attempt, self._session.claim,
-                             self._earlier_error(key) if attempt > 1 else None, streams), \
-                telemetry.step_span(self.run_id, self.workflow, key, attempt):
-            try:
-                yield
-            finally:
-                if streams is not None:
-                    streams.done()
+    def _covered(self, deadline, key, attempt, cancellable, streams=None) -> _StepCode:
+        """Where the step's own code runs: under its alarm, with durable.current_step() set."""
+        return _StepCode(self._session.alarm(deadline, key, cancellable=cancellable),
+                         current_step(self.run_id, self.workflow, key, attempt, self._session.claim,
+                                      self._earlier_error(key) if attempt > 1 else None, streams),
+                         telemetry.step_span(self.run_id, self.workflow, key, attempt), streams)
 
     def _attempt_atomic(self, key, name, started, attempt, fn, args, kwargs, kind, covered):
         with transaction.atomic(using=self._session.db):
@@ -388,6 +381,47 @@ class Context(Waits, Composition, Flow):
         text = serialization.encode(make())
         self._record(key, what, "completed", text, None, self._session.now(), 1, kind="note")
         return serialization.decode(text)
+
+
+class _StepCode:
+    """A step's own code: under its alarm, with durable.current_step() set, the log context (or
+    the step's span) naming it, and its stream writer done as it ends. As
+    ``with alarm, running, span: try: ... finally: streams.done()``, in a context manager of its
+    own (not a generator's): it wraps every step."""
+
+    __slots__ = ("alarm", "running", "span", "streams")
+
+    def __init__(self, alarm, running, span, streams):
+        self.alarm, self.running, self.span, self.streams = alarm, running, span, streams
+
+    def __enter__(self) -> None:
+        self.alarm.__enter__()
+        try:
+            self.running.__enter__()
+            try:
+                self.span.__enter__()
+            except BaseException:
+                self.running.__exit__(None, None, None)
+                raise
+        except BaseException as exc:
+            self.alarm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        try:
+            try:
+                if self.streams is not None:
+                    try:
+                        self.streams.done()
+                    except BaseException as raised:  # the span ends with it instead
+                        self.span.__exit__(type(raised), raised, raised.__traceback__)
+                        raise
+                self.span.__exit__(kind, exc, tb)
+            finally:
+                self.running.__exit__(None, None, None)
+        finally:
+            self.alarm.__exit__(None, None, None)
+        return False
 
 
 class _StepRaised(Exception):
