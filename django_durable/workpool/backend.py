@@ -46,7 +46,8 @@ class Backend(Protocol):
         ...
 
     def claim_many(self, params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claimed, uuid.UUID]]:
-        """Take up to len(tokens) ready items, each with its own token; (the claim, its token) each."""
+        """Take up to len(tokens) ready items, each with its own token; (the claim, its token) each,
+        in the order a claim at a time would have taken them (priority first, then when ready)."""
         ...
 
     def record_steps(self, claim: Claim, records: list[StepRecord]) -> tuple[int, bool]:

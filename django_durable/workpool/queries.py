@@ -291,7 +291,8 @@ def pending_timers(run: str) -> str:
 
 # Claim up to `k` ready items ({pick}: the ORM's ready query, LIMIT k, SKIP LOCKED) for this
 # worker, each with its token; mark the runs of the advance items `running`. Answers a row per
-# item: CLAIM_SELECT's columns and the item's token.
+# item: CLAIM_SELECT's columns and the item's token, in the order they were picked (an UPDATE's
+# rows come back in whatever order its join read them).
 CLAIM_MANY = """
 WITH picked AS (
     SELECT p.id, row_number() OVER () AS n FROM ({pick}) AS p
@@ -302,7 +303,7 @@ claimed AS (
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
-              w.priority, w.available_at, w.claim_token
+              w.priority, w.available_at, w.claim_token, picked.n
 ),
 run AS (
     UPDATE durable_workflow_run AS r
@@ -310,7 +311,8 @@ run AS (
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ({terminal})
     RETURNING r.id
 )
-{claim_select}"""
+{claim_select}
+ORDER BY c.n"""
 
 # The runs several claims completed, ended as FINISH_RUN ends one (each fenced by its own item's
 # token; a cancel that committed first wins; branches not started are cancelled, the parent woken,

@@ -961,7 +961,7 @@ claimed AS (
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
-              w.priority, w.available_at, w.claim_token
+              w.priority, w.available_at, w.claim_token, picked.n
 ),
 run AS (
     UPDATE durable_workflow_run AS r
@@ -990,7 +990,8 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
        c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id
+ORDER BY c.n;
 
 -- name: claim several items from the claimer's floor, statement 1 of 3 (0 parameters)
 SET LOCAL enable_seqscan TO off;
@@ -1013,7 +1014,7 @@ claimed AS (
     FROM picked
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
-              w.priority, w.available_at, w.claim_token
+              w.priority, w.available_at, w.claim_token, picked.n
 ),
 run AS (
     UPDATE durable_workflow_run AS r
@@ -1042,7 +1043,8 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
        c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id
+ORDER BY c.n;
 
 -- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;
