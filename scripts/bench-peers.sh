@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench-peers: install each peer into a virtual environment of its own under bench/.venvs/
-# (django-ox, django-tasks-db and django-absurd on Django 6, PGQueuer, Procrastinate, DBOS, Oban; Python 3.12 or
-# later), then run interleaved
+# (django-ox, django-tasks-db and django-absurd on Django 6, PGQueuer, Procrastinate, DBOS, Oban, and
+# django-durable on Django 6; Python 3.12 or later), then run interleaved
 # rounds on a throwaway PostgreSQL (bench/peers/rounds.py, through scripts/run-bench.sh).
 # DURABLE_BENCH_DATABASE_URL: use that server instead. Extra arguments go to rounds.py.
 set -uo pipefail
@@ -23,4 +23,7 @@ peer tasks-db "django>=6,<6.2" "django-tasks-db==0.13.*" "psycopg[binary]>=3.2" 
 peer dbos "dbos==3.4.*" "psycopg[binary]>=3.2" || exit 1
 peer oban "oban==0.7.*" || exit 1
 peer absurd "django>=6,<6.2" "django-absurd==1.0.*" "psycopg[binary]>=3.2" || exit 1
+# django-durable itself as a Django 6 project runs its tasks (django.tasks, not the backport), on
+# the same Python as the peers; the rows without a suffix are this checkout's .venv.
+peer durable-django6 "django>=6,<6.2" -e ".[postgres]" "django-environ>=0.11" || exit 1
 BENCH_SCRIPT=bench/peers/rounds.py exec scripts/run-bench.sh "$@"

@@ -6,8 +6,8 @@
 
 Each round runs every workload on every system that has it, one after the other on the same
 server: the raw SKIP LOCKED ceiling (one statement a row in autocommit, and beside it the
-four-round-trip loop earlier figures used), django-durable (tasks, and one-step workflows in W5),
-and each peer whose virtual environment exists under bench/.venvs/ (made by
+four-round-trip loop earlier figures used), django-durable (tasks, and one-step workflows in W5;
+and W5's tasks once more in a Django 6 project on the peers' Python), and each peer whose virtual environment exists under bench/.venvs/ (made by
 scripts/bench-peers.sh): django-ox, PGQueuer (psycopg's driver, and asyncpg's), Procrastinate,
 django-tasks-db, DBOS, Oban for Python, django-absurd; each round starts with the next system in that list. Every run gets a fresh database of
 its own, after a CHECKPOINT. The workloads:
@@ -53,6 +53,9 @@ SYSTEMS = [  # (name, python, driver, extra arguments, URL style, workloads)
      "postgres", {"w5"}),
     ("django-durable", ROOT / ".venv/bin/python", "durable_driver.py", [], "postgres", {"w5", "w2", "w1", "w3"}),
     ("django-durable-workflows", ROOT / ".venv/bin/python", "durable_driver.py", ["--workflows"], "postgres", {"w5"}),
+    # The same tasks in a Django 6 project (django.tasks itself, Django's default LOGGING), on the
+    # peers' Python; the two rows above run in .venv (the oldest supported Django and Python).
+    ("django-durable-django6", VENVS / "durable-django6/bin/python", "durable_driver.py", [], "postgres", {"w5"}),
     ("django-ox", VENVS / "ox/bin/python", "ox_driver.py", [], "postgresql", {"w5", "w2"}),
     # W2 with psycopg's driver takes 3 s a job (its listener holds the connection a second at a
     # time): measured apart (docs/performance.md), not in every round.
@@ -82,11 +85,11 @@ def fresh_database(base: str, name: str) -> str:
 
 
 def baseline(root: Path) -> list[tuple]:
-    """django-durable's two systems as the checkout at `root` has them (git worktree add DIR COMMIT),
+    """django-durable's systems as the checkout at `root` has them (git worktree add DIR COMMIT),
     measured in the same rounds as this one: "before" beside "after"."""
     return [(f"{name} (before)", python, driver, extra, scheme, workloads, root)
             for name, python, driver, extra, scheme, workloads in SYSTEMS
-            if name in ("django-durable", "django-durable-workflows")]
+            if name.startswith("django-durable")]
 
 
 def run_one(system, workload: str, base: str, size: int, processes: int, no_analyze: bool = False) -> dict:
@@ -148,7 +151,7 @@ def main() -> None:
     systems = [s for s in SYSTEMS if Path(s[1]).exists() and (not chosen or s[0] in chosen)]
     if args.baseline:
         systems[1:1] = [s for s in baseline(args.baseline.resolve())
-                        if not chosen or s[0].removesuffix(" (before)") in chosen]
+                        if Path(s[1]).exists() and (not chosen or s[0].removesuffix(" (before)") in chosen)]
     missing = [s[0] for s in SYSTEMS if not Path(s[1]).exists()]
     if missing:
         print(f"left out (no virtual environment; run scripts/bench-peers.sh): {', '.join(missing)}", file=sys.stderr)

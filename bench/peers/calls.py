@@ -1,0 +1,133 @@
+"""What a job costs a worker in Python, counted rather than timed: function calls a job.
+
+    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/calls.py [--jobs 2000]
+        [--systems django-durable,django-durable-workflows,django-durable-django6,pgqueuer-asyncpg]
+
+Times move with the machine, and on cores that are slow for Python the interpreter's work is what
+a worker's CPU a job follows. So each system's worker is run twice as one process draining a
+queue of one-step jobs, once with 200 and once with 200 + --jobs, under a profile hook that counts
+every call (Python functions, and the C functions they call); the difference divided by --jobs is
+what a job costs, with start-up and shut-down left out. Each system runs in its own environment
+(bench/.venvs/, as `make bench-peers` makes them), on a fresh database of the server given. The
+counting slows a worker down several times, so a worker's timed housekeeping (heartbeats, polls)
+counts more here than it costs at full speed: the figure is an upper bound, the same way for all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from rounds import ROOT, SYSTEMS, fresh_database  # noqa: E402
+
+# Run a script as __main__ with every call counted (in every thread); the counts go to a JSON file
+# as the process exits: python -c COUNTER OUT SCRIPT ARGS...
+COUNTER = """
+import atexit, collections, json, runpy, sys, threading
+out, sys.argv = sys.argv[1], sys.argv[2:]
+counts = collections.Counter()
+def hook(frame, event, arg):
+    if event == "call":
+        counts[frame.f_code.co_filename] += 1
+    elif event == "c_call":
+        counts["<C>"] += 1
+def write():
+    sys.setprofile(None)
+    threading.setprofile(None)
+    with open(out, "w") as f:
+        json.dump(dict(counts), f)
+atexit.register(write)
+threading.setprofile(hook)
+sys.setprofile(hook)
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(sys.argv[0])))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+# Each system's queue filled with N one-step jobs (run in its environment: python -c FILL N).
+FILL_DURABLE = """
+import os, sys
+sys.path.insert(0, os.environ["DURABLE_ROOT"]); sys.path.insert(0, os.environ["DURABLE_ROOT"] + "/bench")
+import run as harness
+import django_durable as durable
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from bench.benchapp.tasks import one_step
+harness.truncate()
+for n in range(int(sys.argv[1])):
+    durable.start("bench.one_step") if os.environ.get("WORKFLOWS") else one_step.enqueue(n)
+"""
+FILL_PGQUEUER = """
+import os, sys
+sys.path.insert(0, os.environ["PEERS"])
+import pgqueuer_driver as d, psycopg
+d._install()
+with psycopg.connect(d.URL, autocommit=True) as connection:
+    connection.execute("TRUNCATE pgqueuer, pgqueuer_log")
+    enqueue = d._enqueuer(connection)
+    for n in range(int(sys.argv[1])):
+        enqueue(n)
+"""
+
+
+def drained(system, url: str, jobs: int) -> collections.Counter:
+    """The calls of one worker process of `system` draining `jobs` jobs, by file ("<C>": C functions)."""
+    name, python = system[0], str(system[1])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "DURABLE_ROOT": str(ROOT), "PEERS": str(HERE)}
+    if name.startswith("django-durable"):
+        env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench.settings",
+                   WORKFLOWS="1" if "--workflows" in system[3] else "")
+        fill, worker = FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
+    else:
+        env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
+                   PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
+        fill, worker = FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+    subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([python, "-c", COUNTER, out.name, *worker], env=env, cwd=ROOT, check=True, timeout=1800)
+        return collections.Counter(json.loads(Path(out.name).read_text()))
+
+
+def where(filename: str) -> str:
+    """A file's package, as the table groups the calls: django_durable, psycopg, asyncio..."""
+    if filename == "<C>":
+        return "C functions"
+    path = Path(filename)
+    if str(ROOT / "django_durable") in filename:
+        return "django_durable"
+    if "site-packages" in path.parts:
+        return path.parts[path.parts.index("site-packages") + 1]
+    return "the standard library" if "python3" in filename or filename.startswith("<frozen") else "other"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--systems", default="django-durable,django-durable-workflows,django-durable-django6,"
+                                             "pgqueuer-asyncpg")
+    args = parser.parse_args()
+    base = os.environ["DATABASE_URL"]
+    chosen = args.systems.split(",")
+    systems = [s for s in SYSTEMS if s[0] in chosen and Path(s[1]).exists()]
+    print(f"| system | Python calls a job | C calls a job | by package (Python calls a job) |\n| --- | --- | --- | --- |")
+    for system in systems:
+        url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
+        before, after = drained(system, url, 200), drained(system, url, 200 + args.jobs)
+        groups: collections.Counter = collections.Counter()
+        for filename in after:
+            groups[where(filename)] += (after[filename] - before.get(filename, 0)) / args.jobs
+        c_calls = groups.pop("C functions", 0.0)
+        parts = ", ".join(f"{name} {count:.0f}" for name, count in groups.most_common() if count >= 0.5)
+        print(f"| {system[0]} | {sum(groups.values()):.0f} | {c_calls:.0f} | {parts} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
