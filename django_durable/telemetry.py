@@ -142,7 +142,8 @@ def emits(logger: logging.Logger, level: int) -> bool:
     its loggers at INFO with a console handler only while DEBUG is on (``RequireDebugTrue``) and
     mail to admins only at ERROR: such a record is made, then dropped by every handler.
 
-    Only Django's two DEBUG filters are known here; any other filter, a logger's own filters or a
+    Known here are Django's two DEBUG filters and a filter with a ``drops(name, level)`` method
+    that says so (the worker's own handler has one); any other filter, a logger's own filters or a
     handler's own ``filter()`` may let a record through, so they count as writing it.
     """
     if not logger.isEnabledFor(level):
@@ -154,7 +155,7 @@ def emits(logger: logging.Logger, level: int) -> bool:
     while current is not None:
         for handler in current.handlers:
             found = True
-            if level >= handler.level and _passes(handler):
+            if level >= handler.level and _passes(handler, logger.name, level):
                 return True
         current = current.parent if current.propagate else None
     if not found:  # Python's last resort: stderr, at WARNING and above
@@ -162,17 +163,22 @@ def emits(logger: logging.Logger, level: int) -> bool:
     return False
 
 
-def _passes(handler: logging.Handler) -> bool:
-    """False if one of `handler`'s filters is sure to drop every record now (Django's
-    RequireDebugTrue without DEBUG, RequireDebugFalse with it); True otherwise."""
+def _passes(handler: logging.Handler, name: str, level: int) -> bool:
+    """False if one of `handler`'s filters is sure to drop every record of logger `name` at
+    `level` now (Django's RequireDebugTrue without DEBUG, RequireDebugFalse with it, a filter
+    whose drops() says so); True otherwise."""
     if type(handler).filter is not logging.Filterer.filter:
         return True
     if not handler.filters:
         return True
     from django.utils.log import RequireDebugFalse, RequireDebugTrue
 
-    for kind in map(type, handler.filters):
+    for kept in handler.filters:
+        kind = type(kept)
         if (kind is RequireDebugTrue and not settings.DEBUG) or (kind is RequireDebugFalse and settings.DEBUG):
+            return False
+        drops = getattr(kept, "drops", None)
+        if drops is not None and drops(name, level):
             return False
     return True
 

@@ -25,6 +25,26 @@ def test_a_worker_under_debug_prints_each_task_line_once(start_worker):
     assert "WARNING" not in log and "ERROR" not in log and "Traceback" not in log, log
 
 
+def test_a_worker_without_debug_prints_its_own_lines_and_djangos_warnings_only(start_worker):
+    """Without DEBUG, Django's default LOGGING prints nothing of its "django" loggers below ERROR
+    (mail to the admins): neither does the worker's own handler, which prints django-durable's lines
+    at its verbosity and other loggers' from WARNING up. So django.tasks' line for each task's
+    start and success (Django 6) is not printed, nor built; a failure is."""
+    from tests.testapp.tasks import echo, fails
+
+    done = [echo.enqueue(n) for n in range(2)]
+    failed = fails.enqueue()
+    worker = start_worker(env={"DURABLE_TEST_OWN_LOGGING": "1"})
+    assert worker.wait(60) == 0, worker.log()
+    log = worker.log()
+    for result in done:
+        assert f"Run {result.id} of tests.testapp.tasks.echo started" in log, log
+        assert f"Task id={result.id}" not in log, log
+    assert f"Run {failed.id} of tests.testapp.tasks.fails ended failed" in log, log
+    if django.VERSION >= (6,):  # the backport logs a task's end at DEBUG
+        assert f"Task id={failed.id} path=tests.testapp.tasks.fails state=FAILED" in log, log
+
+
 def test_a_schema_request_prints_no_warning(admin_client, capsys):
     from drf_spectacular.drainage import reset_generator_stats
 

@@ -225,5 +225,21 @@ def test_a_record_is_written_only_where_a_handler_would_write_it(loggers, settin
     assert emits(child, logging.INFO)
     child.filters.clear()
 
+    from django_durable.management.commands.durable_worker import WorkerLines
+
+    worker = logging.NullHandler()  # the worker's own: its lines, and others' warnings
+    worker.addFilter(WorkerLines())
+    parent.handlers = [worker]
+    assert not emits(child, logging.INFO) and emits(child, logging.WARNING)
+    own = logging.getLogger("django_durable.worker")  # its own lines at INFO too
+    kept = own.handlers, own.propagate, own.level
+    own.handlers, own.propagate = [worker], False
+    own.setLevel(logging.INFO)
+    try:
+        assert emits(own, logging.INFO)
+    finally:
+        own.handlers, own.propagate = kept[:2]
+        own.setLevel(kept[2])
+
     parent.handlers = []  # no handler anywhere: Python's last resort writes warnings and above
     assert not emits(child, logging.INFO) and emits(child, logging.WARNING)

@@ -95,6 +95,7 @@ def _configure_logging(verbosity: int) -> None:
     from ...telemetry import JSONFormatter, LogContextFilter, WorkerFormatter
 
     handler = logging.StreamHandler()
+    handler.addFilter(WorkerLines())
     handler.addFilter(NotPrintedAlready())
     handler.addFilter(LogContextFilter())  # also on the lines of the project's own loggers (its steps)
     handler.setFormatter(JSONFormatter() if conf.get("LOG_FORMAT") == "json" else WorkerFormatter())
@@ -102,6 +103,21 @@ def _configure_logging(verbosity: int) -> None:
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.WARNING)
     logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+
+
+class WorkerLines(logging.Filter):
+    """django-durable's own lines at the worker's verbosity; other loggers' at WARNING and above.
+    Django's default LOGGING enables its "django" loggers at INFO (django.tasks' line for every
+    task's start and end among them) and writes them only under DEBUG: this handler on the root
+    logger does not print them either."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.drops(record.name, record.levelno)
+
+    @staticmethod
+    def drops(name: str, level: int) -> bool:
+        """Whether every record of logger `name` at `level` is left out (telemetry.emits asks)."""
+        return level < logging.WARNING and name != "django_durable" and not name.startswith("django_durable.")
 
 
 class NotPrintedAlready(logging.Filter):
