@@ -292,14 +292,19 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
         if len(_claim_many_sql) > 64:
             _claim_many_sql.clear()
         select = _fill(queries.CLAIM_SELECT, entry=_ENTRY, message=_MESSAGE, child=_CHILD)
-        select = select.replace("\nFROM claimed AS c", ", c.claim_token\nFROM claimed AS c", 1)
+        select = select.replace("\nFROM claimed AS c", ", c.claim_token, c.n\nFROM claimed AS c", 1)
         sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select,
                                             snapshot_moved=queries.SNAPSHOT_MOVED), list(pick_params))
     sql, pick_params = sql
     values = [*_filled(pick_params, 0, floor), statements.Binary(tokens), params.worker, params.lease, params.worker]
     rows = statements.in_transaction(db, [_INDEXED, _ORDERED] if floor is not None else [_INDEXED], sql, values,
                                      all_rows=True)
-    return [(claimed, row[-1]) for row in rows if (claimed := ClaimRow._make(row[:-1]).claimed()) is not None]
+    rows.sort(key=_place_in_pick)  # as picked: the UPDATE answers in the order its join read the rows
+    return [(claimed, row[-2]) for row in rows if (claimed := ClaimRow._make(row[:-2]).claimed()) is not None]
+
+
+def _place_in_pick(row) -> int:
+    return row[-1]
 
 
 def finish_runs(endings: list[Ending]) -> dict[int, str]:

@@ -291,8 +291,8 @@ def pending_timers(run: str) -> str:
 
 # Claim up to `k` ready items ({pick}: the ORM's ready query, LIMIT k, SKIP LOCKED) for this
 # worker, each with its token; mark the runs of the advance items `running`. Answers a row per
-# item: CLAIM_SELECT's columns and the item's token, in the order they were picked (an UPDATE's
-# rows come back in whatever order its join read them).
+# item: CLAIM_SELECT's columns, the item's token and its place in the pick (`n`): an UPDATE's rows
+# come back in whatever order its join read them, and the caller puts them back in the pick's.
 CLAIM_MANY = """
 WITH picked AS (
     SELECT p.id, row_number() OVER () AS n FROM ({pick}) AS p
@@ -311,8 +311,7 @@ run AS (
     WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ({terminal})
     RETURNING r.id
 )
-{claim_select}
-ORDER BY c.n"""
+{claim_select}"""
 
 # The runs several claims completed, ended as FINISH_RUN ends one (each fenced by its own item's
 # token; a cancel that committed first wins; branches not started are cancelled, the parent woken,

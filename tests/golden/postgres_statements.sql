@@ -989,9 +989,8 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id
-ORDER BY c.n;
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token, c.n
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
 -- name: claim several items from the claimer's floor, statement 1 of 3 (0 parameters)
 SET LOCAL enable_seqscan TO off;
@@ -1042,9 +1041,8 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        (SELECT json_agg(json_build_array(k.id, k.status, k.result, k.error))
         FROM durable_workflow_run AS k
         WHERE c.kind = 'advance' AND k.parent_id = c.run_id AND k.status IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')) AS children,
-       c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token
-FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id
-ORDER BY c.n;
+       c.function, c.input AS item_input, c.group, c.priority, c.available_at, c.claim_token, c.n
+FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 
 -- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;
