@@ -50,10 +50,11 @@ def dumps(plain: Any, *, indent: int | None = None, spaced: bool = False) -> str
     """JSON text of plain JSON values that can be stored and sent as UTF-8: non-ASCII as it is,
     unless the value holds a lone surrogate (valid JSON, not UTF-8): then all of it is escaped.
     `spaced` puts a space after commas and colons on one line, for people (it wraps between items)."""
-    separators = (", ", ": ") if spaced else (",", ":") if indent is None else (",", ": ")
     if indent is None and not spaced:  # what is stored: one kept encoder (json.dumps makes one a call)
+        separators = (",", ":")
         text = _COMPACT.encode(plain)
     else:
+        separators = (", ", ": ") if spaced else (",", ": ")
         text = json.dumps(plain, ensure_ascii=False, separators=separators, indent=indent)
     if not text.isascii():
         try:

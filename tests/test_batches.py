@@ -37,24 +37,6 @@ def test_a_batch_claims_in_order_each_item_with_its_own_token_and_lease():
     assert [c.run_id for c in claim_many(5)] == [r.pk for r in runs[3:]]  # the rest; none twice
 
 
-def test_a_batch_answers_in_the_order_it_claimed_whatever_order_its_rows_are_read_in():
-    """An UPDATE's rows come back in the order its join read them: a plan that reads the items in
-    the order they were stored (forced here: a hash join over the items' primary key) answers
-    the highest priority last, stored last. The claims come back as one at a time takes them."""
-    from django.db import connection
-
-    runs = [durable.start("tests.echo", n, priority=n) for n in range(6)]  # stored lowest priority first
-    connection.close()  # a new session: no plan prepared under other settings
-    with connection.cursor() as cursor:
-        cursor.execute("SET enable_nestloop TO off")
-        cursor.execute("SET enable_mergejoin TO off")
-    try:
-        claims = claim_many(6)
-    finally:
-        connection.close()
-    assert [c.run_id for c in claims] == [r.pk for r in reversed(runs)]
-
-
 def test_a_batch_of_completions_is_fenced_item_by_item():
     """One claim of the batch taken away (a reaper, an operator) and one run cancelled meanwhile:
     the others complete, the taken one writes nothing, the cancelled one ends cancelled."""

@@ -70,6 +70,29 @@ def test_every_transition_writes_the_contracts_rows(implementation):
     _compare(contract.run_all(implementation), implementation)
 
 
+def test_a_batch_claim_answers_in_the_order_one_claim_at_a_time_takes_items():
+    """Backend.claim_many, every implementation: the highest priority first, as claim() would.
+    On PostgreSQL an UPDATE's rows come back in the order its join read them: a plan that reads the
+    items as they were stored (forced here: a hash join over the items' primary key) answers the
+    highest priority last, stored last; the claims still come back in the pick's order."""
+    from django.db import connection
+
+    import django_durable as durable
+    from django_durable import workpool
+
+    runs = [durable.start("tests.echo", n, priority=n) for n in range(6)]  # stored lowest priority first
+    if ON_POSTGRES:
+        connection.close()  # a new session: no plan prepared under other settings
+        with connection.cursor() as cursor:
+            cursor.execute("SET enable_nestloop TO off")
+            cursor.execute("SET enable_mergejoin TO off")
+    try:
+        claims = workpool.claim_many(worker="w-order", queues=None, db="default", k=6)
+    finally:
+        connection.close()
+    assert [c.run_id for c in claims] == [r.pk for r in reversed(runs)]
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.processes

@@ -8,7 +8,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import clock, ids, registry, serialization, telemetry
 from ..journal import fingerprint
@@ -40,9 +40,9 @@ class StepInfo:
         would commit with it, nor a parallel branch); in an async step, ``await awrite_stream()``.
         """
         running = _running.get()
-        if running is None or running[0] is not self:
+        if running is None or running.info is not self:
             raise RuntimeError("write_stream() is for the step's own code while it runs (durable.current_step()).")
-        streams = running[3]
+        streams = running.streams
         if streams is None:
             raise RuntimeError(
                 f"Step {self.key!r} cannot write to its run's streams while it runs: it is atomic (its writes commit "
@@ -59,14 +59,14 @@ class StepInfo:
         from .live import awrite
 
         running = _running.get()
-        await awrite(running[3] if running is not None else None, self.write_stream, name, value)
+        await awrite(running.streams if running is not None else None, self.write_stream, name, value)
 
     @property
     def previous_error(self) -> dict | None:
         """The error of this step's attempt before this one, {"type", "message", "attempt"}, or None
         on a first attempt: a retry may act on why the last one failed."""
         running = _running.get()
-        previous = running[2] if running is not None and running[0] is self else None
+        previous = running.previous if running is not None and running.info is self else None
         if not previous:
             return None
         error = serialization.decode(previous)
@@ -78,15 +78,20 @@ class StepInfo:
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel the run: a long step may stop early (raise durable.Cancelled)."""
         running = _running.get()
-        claim = running[1] if running is not None else None
+        claim = running.claim if running is not None else None
         return bool(claim is not None and claim.run_id == self.run_id and claim.cancel_requested)
 
 
-# The step running now: its StepInfo, its run's claim, the error of its attempt before this one
-# (JSON text, for StepInfo.previous_error) and its writer to its run's streams (engine/live.py;
-# None where it may not write). One variable, set and reset once a step.
-_running: contextvars.ContextVar[tuple[StepInfo, Any, str | None, StepStreams | None] | None] = \
-    contextvars.ContextVar("durable_step", default=None)
+class _Step(NamedTuple):
+    """The step running now: one context variable, set and reset once a step."""
+
+    info: StepInfo
+    claim: Any  # its run's claim
+    previous: str | None  # the error of its attempt before this one (JSON), for StepInfo.previous_error
+    streams: StepStreams | None  # its writer to its run's streams (engine/live.py), None where it may not write
+
+
+_running: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("durable_step", default=None)
 
 
 def _in_event_loop() -> bool:
@@ -102,13 +107,13 @@ def _in_event_loop() -> bool:
 def get_current_step() -> StepInfo | None:
     """Return the StepInfo of the step running now in this thread, or None outside a step."""
     running = _running.get()
-    return running[0] if running is not None else None
+    return running.info if running is not None else None
 
 
 def current_step(run_id, workflow: str, key: str, attempt: int, claim=None, previous: str | None = None,
                  streams: StepStreams | None = None) -> _Running:
     """Set durable.current_step() for the code run under it: `with current_step(...):`."""
-    return _Running((StepInfo(run_id, workflow, key, attempt), claim, previous, streams))
+    return _Running(_Step(StepInfo(run_id, workflow, key, attempt), claim, previous, streams))
 
 
 class _Running:

@@ -11,6 +11,7 @@ names the rows they answer (rows.py); statements.py sends them (prepared, pipeli
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import uuid
 from typing import TYPE_CHECKING
 
@@ -268,6 +269,7 @@ _INDEXED = ("SET LOCAL enable_seqscan TO off", [])
 # (the items of a higher priority, mostly none) guesses a row or two, and would read them all
 # through a bitmap and sort them rather than walk the index in order to the first k (tests/test_plans.py).
 _ORDERED = ("SET LOCAL enable_bitmapscan TO off", [])
+_PLACE_IN_PICK = operator.itemgetter(-1)  # a batch claim's row: its place in the pick (`n`) comes last
 
 
 def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claimed, uuid.UUID]]:
@@ -299,12 +301,8 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
     values = [*_filled(pick_params, 0, floor), statements.Binary(tokens), params.worker, params.lease, params.worker]
     rows = statements.in_transaction(db, [_INDEXED, _ORDERED] if floor is not None else [_INDEXED], sql, values,
                                      all_rows=True)
-    rows.sort(key=_place_in_pick)  # as picked: the UPDATE answers in the order its join read the rows
+    rows.sort(key=_PLACE_IN_PICK)  # as picked: the UPDATE answers in the order its join read the rows
     return [(claimed, row[-2]) for row in rows if (claimed := ClaimRow._make(row[:-2]).claimed()) is not None]
-
-
-def _place_in_pick(row) -> int:
-    return row[-1]
 
 
 def finish_runs(endings: list[Ending]) -> dict[int, str]:
