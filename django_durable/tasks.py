@@ -125,6 +125,9 @@ class _Call:
         self.task = task
         self.__module__, self.__qualname__ = task.func.__module__, task.func.__qualname__
         self.__name__ = task.func.__name__
+        # What Task.call() runs, decided once: it asks iscoroutinefunction() of the same function
+        # at every call (six Python calls a task).
+        self.calls = task.call if inspect.iscoroutinefunction(task.func) else task.func
 
     def __call__(self, ctx, *args, **kwargs):
         task, session = self.task, ctx._session
@@ -149,7 +152,7 @@ class _Call:
         deadline = session.now() + dt.timedelta(seconds=timeout) if timeout else None
         try:
             with session.alarm(deadline, "task"):
-                return task.call(*args, **kwargs)
+                return self.calls(*args, **kwargs)
         except Cancelled:
             if claim.cancel_requested:
                 raise CancelRequested() from None  # the run ends cancelled
