@@ -13,6 +13,10 @@
 
 from importlib import import_module
 
+from . import startup
+
+startup.hold_collector()  # in a worker's start, until its loop (startup.py)
+
 from .engine.composition import Call, ChildHandle, StepInfo
 from .engine.composition import get_current_step as current_step
 from .engine.context import Context

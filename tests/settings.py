@@ -148,3 +148,18 @@ if os.environ.get("DURABLE_TEST_OFFLOAD_DIR"):
 # stop, which every worker process the tests start would print as a warning. The warning itself
 # is tested by calling the check (tests/test_context_contract.py).
 SILENCED_SYSTEM_CHECKS = ["django_durable.W005"]
+
+# The collections a worker process makes from django-durable's import (once its startup module is
+# loaded) to the freeze before its loop (tests/test_worker_processes.py: none, the collector is held
+# off): counted by a gc callback.
+start_collections: list[int] = []
+if os.environ.get("DURABLE_TEST_COUNT_COLLECTIONS"):
+    import gc
+    import sys
+
+    def _count_collection(phase, info):
+        loaded = hasattr(sys.modules.get("django_durable.startup"), "release_collector")
+        if phase == "start" and loaded and not gc.get_freeze_count():
+            start_collections.append(info["generation"])
+
+    gc.callbacks.append(_count_collection)

@@ -21,7 +21,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "django_durable"
 
 LAYERS = [
-    {"ids", "clock", "conf", "humanize", "interrupts", "journal", "determinism", "exceptions", "retry", "faults",
+    {"ids", "clock", "conf", "humanize", "interrupts", "journal", "determinism", "exceptions", "retry", "faults", "startup",
      "queues", "databases", "routers", "registry", "signals", "cron", "horizon"},
     {"models", "models.*", "payloads", "serialization", "telemetry", "partitioning.keys", "partitioning.tables"},
     {"approvers", "partitioning", "partitioning.*"},

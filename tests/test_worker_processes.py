@@ -36,13 +36,16 @@ def test_a_three_step_workflow_runs_once_through_a_worker_process(start_worker):
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_worker_process_runs_with_what_its_start_up_made_frozen(start_worker, concurrency):
     """What start-up made is frozen out of the collector's sight before the worker loop (and before
-    the supervisor forks): the drain's collections do not walk it again."""
+    the supervisor forks): the drain's collections do not walk it again. Until then the collector
+    is held off, from django-durable's import on (no collection while Django loads the project),
+    and it is on again when the steps run."""
     runs = [durable.start("tests.process_state") for _ in range(concurrency)]
-    worker = start_worker(concurrency=concurrency)
+    worker = start_worker(concurrency=concurrency, env={"DURABLE_TEST_COUNT_COLLECTIONS": "1"})
     assert worker.wait() == 0, worker.log()
     for run in runs:
         state = durable.wait(run.pk, timeout=1)
         assert state["frozen"] > 10_000, state  # Django, the project, the workflows
+        assert state["collecting"] and state["start_collections"] == 0, state
 
 
 def test_sigkill_mid_step_then_a_fresh_worker_finishes_the_run(start_worker, tmp_path):

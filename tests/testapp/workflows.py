@@ -90,10 +90,15 @@ def fixed_later(run_id, fix_path):
 
 
 def process_state():
-    """What the process running the step holds: the objects frozen out of the collector's sight."""
+    """What the process running the step holds: the objects frozen out of the collector's sight,
+    whether the collector is on, and the collections made while the worker started (those
+    tests/settings.py counted, when DURABLE_TEST_COUNT_COLLECTIONS is set)."""
     import gc
 
-    return {"frozen": gc.get_freeze_count()}
+    from tests import settings
+
+    return {"frozen": gc.get_freeze_count(), "collecting": gc.isenabled(),
+            "start_collections": len(settings.start_collections)}
 
 
 @durable.workflow("tests.process_state")

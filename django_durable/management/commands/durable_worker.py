@@ -9,6 +9,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_durable import startup
 from django_durable.worker.connection import find_dead_peers
 from django_durable.worker.process import shutdown_grace
 from django_durable.worker.supervisor import Supervisor
@@ -58,6 +59,7 @@ class Command(BaseCommand):
 
             self.check(tags=["durable"], databases=[conf.get("DATABASE")])
         if reload:
+            startup.release_collector()  # this process only watches files
             if burst:
                 raise CommandError("--reload keeps a worker running; it does not go with --burst.")
             from django_durable.worker.reloader import Reloader, project_root, worker_command
@@ -78,6 +80,7 @@ class Command(BaseCommand):
         # and worker processes forked from here keep sharing its pages instead of writing to
         # every one at their first full collection.
         gc.freeze()
+        startup.release_collector()
         if concurrency == 1:
             code = Worker(**worker_options).run()
         else:
