@@ -1,6 +1,6 @@
-"""What a job costs a worker in Python, counted rather than timed: function calls a job.
+"""What a job costs a worker, counted rather than timed: function calls, or instructions, a job.
 
-    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/calls.py [--jobs 2000]
+    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/calls.py [--jobs 2000] [--instructions]
         [--systems django-durable,django-durable-workflows,django-durable-django6,pgqueuer-asyncpg]
 
 Times move with the machine, and on cores that are slow for Python the interpreter's work is what
@@ -11,6 +11,15 @@ what a job costs, with start-up and shut-down left out. Each system runs in its 
 (bench/.venvs/, as `make bench-peers` makes them), on a fresh database of the server given. The
 counting slows a worker down several times, so a worker's timed housekeeping (heartbeats, polls)
 counts more here than it costs at full speed: the figure is an upper bound, the same way for all.
+
+With --instructions, each drain runs under valgrind's callgrind instead, and what is counted is
+the machine instructions the worker process executes, in every thread: the interpreter, the C
+extensions (asyncpg's protocol, psycopg's libpq) and the kernel's entry points aside. That is what
+a worker's CPU a job is on any core, up to how many instructions a cycle the core retires, and the
+kernel's work aside (system calls are not counted). Callgrind runs a worker some fifty times
+slower: a timed choice (django-durable's worker goes to batches only after items under 20 ms)
+meets other times than at full speed, and another job on the machine moves the figure; measure
+on a quiet machine, and compare runs of the same day.
 """
 
 from __future__ import annotations
@@ -78,22 +87,38 @@ with psycopg.connect(d.URL, autocommit=True) as connection:
 """
 
 
-def drained(system, url: str, jobs: int) -> collections.Counter:
-    """The calls of one worker process of `system` draining `jobs` jobs, by file ("<C>": C functions)."""
+def worker(system, url: str) -> tuple[str, dict, str, list[str]]:
+    """How `system` fills its queue and drains it as one process: (python, env, fill script, worker argv)."""
     name, python = system[0], str(system[1])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "DURABLE_ROOT": str(ROOT), "PEERS": str(HERE)}
     if name.startswith("django-durable"):
         env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench.settings",
                    WORKFLOWS="1" if "--workflows" in system[3] else "")
-        fill, worker = FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
-    else:
-        env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
-                   PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
-        fill, worker = FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+        return python, env, FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
+    env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
+               PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
+    return python, env, FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+
+
+def drained(system, url: str, jobs: int) -> collections.Counter:
+    """The calls of one worker process of `system` draining `jobs` jobs, by file ("<C>": C functions)."""
+    python, env, fill, argv = worker(system, url)
     subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([python, "-c", COUNTER, out.name, *worker], env=env, cwd=ROOT, check=True, timeout=1800)
+        subprocess.run([python, "-c", COUNTER, out.name, *argv], env=env, cwd=ROOT, check=True, timeout=1800)
         return collections.Counter(json.loads(Path(out.name).read_text()))
+
+
+def instructions(system, url: str, jobs: int) -> int:
+    """The machine instructions one worker process of `system` executes draining `jobs` jobs (every
+    thread, the interpreter and its C extensions; valgrind's callgrind, which runs it ~50x slower)."""
+    python, env, fill, argv = worker(system, url)
+    subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.out",
+                        python, *argv], env=env, cwd=ROOT, check=True, timeout=3600, capture_output=True)
+        text = (Path(out) / "callgrind.out").read_text()
+    return int(next(line for line in text.splitlines() if line.startswith("summary:")).split()[1])
 
 
 def where(filename: str) -> str:
@@ -111,12 +136,20 @@ def where(filename: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--instructions", action="store_true", help="count machine instructions (callgrind)")
     parser.add_argument("--systems", default="django-durable,django-durable-workflows,django-durable-django6,"
                                              "pgqueuer-asyncpg")
     args = parser.parse_args()
     base = os.environ["DATABASE_URL"]
     chosen = args.systems.split(",")
     systems = [s for s in SYSTEMS if s[0] in chosen and Path(s[1]).exists()]
+    if args.instructions:
+        print("| system | instructions a job |\n| --- | --- |")
+        for system in systems:
+            url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
+            before, after = instructions(system, url, 200), instructions(system, url, 200 + args.jobs)
+            print(f"| {system[0]} | {(after - before) / args.jobs / 1000:.0f} k |", flush=True)
+        return
     print(f"| system | Python calls a job | C calls a job | by package (Python calls a job) |\n| --- | --- | --- | --- |")
     for system in systems:
         url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
