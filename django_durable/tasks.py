@@ -132,8 +132,8 @@ class _Call:
     def __call__(self, ctx, *args, **kwargs):
         task, session = self.task, ctx._session
         claim = session.claim
-        if task.takes_context or heard(task_started, log_task_started, logging.INFO) \
-                or heard(task_finished, log_task_finished, logging.INFO):
+        if task.takes_context or heard(logging.INFO, (task_started, log_task_started),
+                                       (task_finished, log_task_finished)):
             backend = task.get_backend()
             earlier = _attempts(ctx.run_id, max(ctx.attempt, claim.attempts))  # a retry's, or a lost worker's
             workers = [attempt["worker"] for attempt in earlier] + [claim.worker]
@@ -341,17 +341,19 @@ registry.add_finder(load)  # a worker finds a task whose module nothing imported
 _running: dict[str, TaskResult] = {}  # by run id: the attempt this worker process runs now
 
 
-def heard(signal, own, level: int) -> bool:
-    """Whether sending `signal` reaches anyone: a receiver besides django.tasks' own logging one
-    (`own`), or that one with a handler that would write its line at `level`. A worker builds the
-    TaskResults of task_started and task_finished only then (and reads a retried task's earlier
-    attempts for them): for nobody they were a third of what a task cost it beyond its call. With
-    Django's default LOGGING and DEBUG off, the logger is enabled at INFO but every handler drops
-    the line, so a task's start and success are heard by nobody, and a failure by the admins' mail."""
-    own_id = id(own)
-    for lookup, *_ in signal.receivers:
-        if lookup[0] != own_id:
-            return True
+def heard(level: int, *sent: tuple) -> bool:
+    """Whether sending one of the (signal, own receiver) pairs `sent` reaches anyone: a receiver
+    besides django.tasks' own logging one, or that one with a handler that would write its line at
+    `level`. A worker builds the TaskResults of task_started and task_finished only then (and reads
+    a retried task's earlier attempts for them): for nobody they were a third of what a task cost
+    it beyond its call. With Django's default LOGGING and DEBUG off, the logger is enabled at INFO
+    but every handler drops the line, so a task's start and success are heard by nobody, and a
+    failure by the admins' mail."""
+    for signal, own in sent:
+        own_id = id(own)
+        for lookup, *_ in signal.receivers:
+            if lookup[0] != own_id:
+                return True
     return telemetry.emits(_tasks_logger, level)
 
 
@@ -360,7 +362,7 @@ def _finished(call: _Call, run_id, *, succeeded: bool, result: str | None, error
     or error as stored (JSON text): read only when someone hears it."""
     task = call.task
     running = _running.pop(str(run_id), None) if _running else None  # filled only while someone hears
-    if not heard(task_finished, log_task_finished, logging.INFO if succeeded else logging.ERROR):
+    if not heard(logging.INFO if succeeded else logging.ERROR, (task_finished, log_task_finished)):
         return
     result, error = serialization.decode(result), serialization.decode(error)
     backend = task.get_backend()

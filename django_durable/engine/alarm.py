@@ -121,12 +121,16 @@ class _Covered:
         deadline = self.deadline
         claim = self.claim = self.session.claim
         run_deadline = self.session.deadline
-        now = time.monotonic()
-        step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
-        run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
-        ends = [t for t in (step_at, run_at) if t is not None]
         outer_deadline, outer_active = self.outer = claim.step_deadline, claim.step_active
-        claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []), default=None)
+        if deadline is None and run_deadline is None:  # most steps and tasks: nothing to time
+            step_at = run_at = None
+            ends: list[float] = []
+        else:
+            now = time.monotonic()
+            step_at = now + max(claim.db_seconds_until(deadline), 0.001) if deadline is not None else None
+            run_at = now + max(claim.db_seconds_until(run_deadline), 0.001) if run_deadline is not None else None
+            ends = [t for t in (step_at, run_at) if t is not None]
+            claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []))
         claim.step_active = self.cancellable and (outer_active if outer_active is not None else True)
         self.in_main = threading.current_thread() is threading.main_thread()
         if not self.in_main:
@@ -134,7 +138,8 @@ class _Covered:
         if ends and not _permanent and not _installed:
             # Outside a worker the handler is ours only while a timed step runs.
             _previous_handler, _installed = signal.signal(signal.SIGALRM, _on_alarm), True
-        self.timed = bool(ends) or any(f.step_at is not None or f.run_at is not None for f in _frames)
+        self.timed = bool(ends) or bool(_frames) and any(f.step_at is not None or f.run_at is not None
+                                                         for f in _frames)
         _frames.append(_Frame(self.key, claim, step_at, deadline, run_at, claim.step_active))
         if ends:
             try:

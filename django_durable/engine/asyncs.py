@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import types
 import weakref
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..exceptions import StepTimeout
 
 
 _known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fn -> is_async(fn), asked each step
+_COROUTINE = types.CoroutineType  # inspect.iscoroutine() without its call, at every step and task
 
 
 def is_async(fn) -> bool:
@@ -42,7 +44,7 @@ def is_async(fn) -> bool:
 def call_workflow(fn, context, args, kwargs) -> Any:
     """Call a workflow function (sync or async) with its context; return what it returned."""
     value = fn(context, *args, **kwargs)
-    if not inspect.iscoroutine(value):
+    if not isinstance(value, _COROUTINE):
         return value
     return drive(value, getattr(fn, "__qualname__", "the workflow"))
 
@@ -64,7 +66,7 @@ def drive(coroutine, name: str) -> Any:
 def settled(value, deadline, claim, key: str) -> Any:
     """What a step's function returned: as it is, or, for a coroutine (an async step), its value
     once run to its end, cancelled at `deadline` (the database's clock, through `claim`)."""
-    if not inspect.iscoroutine(value):
+    if not isinstance(value, _COROUTINE):
         return value
     return run_step(value, None if deadline is None else claim.db_seconds_until(deadline), key)
 

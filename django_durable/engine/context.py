@@ -47,7 +47,7 @@ class Context(Waits, Composition, Flow):
         self._journal = journal
         self._session = session
         self._retry = retry
-        self._next_seq = max((e.seq for e in journal.values()), default=0) + 1
+        self._next_seq = max(e.seq for e in journal.values()) + 1 if journal else 1
         self._counters: dict[str, int] = {}
         self._live = live.Index(journal)  # what steps wrote to streams while they ran
         self._on_loop = threading.Lock()  # astep() awaited on a running loop: one step at a time

@@ -56,14 +56,15 @@ class Session:
         # Entries a replay would derive again by itself (a sleep that ended): they ride along
         # with the next write but never cause one.
         self.derivable: set[str] = set()
-        self.deadline = as_datetime(claim.run.deadline_at) if claim.run else None
+        self.deadline = as_datetime(claim.run.deadline_at) if claim.run and claim.run.deadline_at else None
         self.alarm = Alarm(self)
         self.messages = list(claim.run.messages) if claim.run else []  # unconsumed, oldest first
         # What to claim in the statement that ends this advance (see advance()).
         self.chain: Callable[[], workpool.ClaimRequest | None] = lambda: None
         self.rolling_back = False  # compensations run even after a cancel request
         self.event_waits: dict[str, tuple] = {}  # event waits this advance began: key -> (name, match, since)
-        self._children = {str(c.id): (c.status, c.result, c.error) for c in (claim.run.children if claim.run else [])}
+        self._children = {str(c.id): (c.status, c.result, c.error) for c in claim.run.children} \
+            if claim.run and claim.run.children else {}
 
     def start_child(self, child_id, definition, args, kwargs, detached: bool = False, legacy_id=None):
         """Create the child run (idempotent: its id is derived from this run and the key); return
@@ -176,7 +177,7 @@ class Session:
                 self.derivable.add(record.key)
 
     def flush(self) -> None:
-        if all(record.key in self.derivable for record in self.pending):
+        if not self.pending or self.derivable and all(record.key in self.derivable for record in self.pending):
             return
         records, self.pending = _latest(self.pending), []
         try:
@@ -194,6 +195,8 @@ class Session:
 
     def take_pending(self) -> list:
         """The buffered entries, to be written with the run's outcome or suspension."""
+        if not self.pending:
+            return []
         records, self.pending = _latest(self.pending), []
         self._before_commit(records)
         return records
@@ -205,6 +208,8 @@ class Session:
 
     def committed(self, records) -> None:
         """`records` were written with a commit of their own (an outcome, a suspension, an atomic step)."""
+        if not records:
+            return
         self._after_commit(records)
         self._announce(records)
 
@@ -293,9 +298,10 @@ def _advance(claim, run, should_stop, chain) -> Outcome:
         e.key: workpool.StepRecord(e.key, e.seq, e.kind, e.name, e.status, e.result, e.error, e.attempts, None, None,
                                    e.deadline_at, e.retry_at, e.match, fingerprint=e.fingerprint)
         for e in run.journal
-    }
+    } if run.journal else {}
     if not journal and run.attempt == 1:
-        logger.info("Run %s of %s started (delivery %d).", claim.run_id, run.workflow, claim.attempts)
+        if logger.isEnabledFor(logging.INFO):  # asked here, not in logger.info(): a call less a run while off
+            logger.info("Run %s of %s started (delivery %d).", claim.run_id, run.workflow, claim.attempts)
         signals.send(signals.run_started, run.workflow, run_id=claim.run_id)
 
     try:
@@ -436,7 +442,8 @@ def _finish(claim, run, status, *, result=None, error=None, session=None) -> Out
     if final == endings.UNCHANGED:
         return Outcome.ALREADY_FINISHED
     if final in (RunStatus.COMPLETED, RunStatus.CANCELLED):
-        logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("Run %s of %s %s.", claim.run_id, run.workflow, final)
     else:
         logger.error("Run %s of %s ended %s: %s", claim.run_id, run.workflow, final, serialization.error_line(error))
     return Outcome.of(final)
