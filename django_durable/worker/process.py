@@ -107,7 +107,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
-                    self._hand_back()
+                    if self._unreleased:
+                        self._hand_back()
                     if self._run_once():
                         settle = True
                         backoff.reset()

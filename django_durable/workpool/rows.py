@@ -146,9 +146,9 @@ class ClaimRow(NamedTuple):
         if self.workflow is not None:
             run = RunState(self.workflow, self.input, self.attempt, self.max_attempts, self.deadline_at,
                            bool(self.cancel_requested),
-                           [Entry._make(entry) for entry in self.journal or ()],
-                           [Message._make(message) for message in self.messages or ()],
-                           [Child._make(child) for child in self.children or ()])
+                           [Entry._make(entry) for entry in self.journal] if self.journal else [],
+                           [Message._make(message) for message in self.messages] if self.messages else [],
+                           [Child._make(child) for child in self.children] if self.children else [])
         return Claimed(self.item_id, self.kind, self.run_id, self.step_key, self.attempts, self.db_now, run,
                        self.function, self.item_input, self.group, Place(self.priority, self.available_at, self.item_id))
 
