@@ -12,7 +12,7 @@ from django_durable import startup
 def collector():
     was = gc.isenabled()
     yield
-    startup._held = False
+    startup.release_collector()  # whatever a test left held
     (gc.enable if was else gc.disable)()
 
 
@@ -38,3 +38,30 @@ def test_a_collector_the_project_turned_off_stays_off(collector, monkeypatch):
     startup.hold_collector()
     startup.release_collector()
     assert not gc.isenabled()
+
+
+def test_a_reloading_worker_turns_the_collector_on_before_it_watches_files(collector, monkeypatch):
+    """With --reload the process only watches files, as long as the developer works: it must not
+    stay without its collector (its workers are processes of their own, which hold it again)."""
+    from django.core.management import call_command
+
+    from django_durable.worker import reloader
+
+    class Watching:
+        collecting = None
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self):
+            Watching.collecting = gc.isenabled()
+            return 0
+
+    monkeypatch.setattr(reloader, "Reloader", Watching)
+    monkeypatch.setattr(sys, "argv", ["manage.py", "durable_worker", "--reload"])
+    gc.enable()
+    startup.hold_collector()
+    assert not gc.isenabled()
+    with pytest.raises(SystemExit):
+        call_command("durable_worker", reload=True, skip_checks=True, verbosity=0)
+    assert Watching.collecting is True

@@ -87,38 +87,39 @@ with psycopg.connect(d.URL, autocommit=True) as connection:
 """
 
 
-def worker(system, url: str) -> tuple[str, dict, str, list[str]]:
-    """How `system` fills its queue and drains it as one process: (python, env, fill script, worker argv)."""
+def _drained(system, url: str, jobs: int, run) -> None:
+    """Fill `system`'s queue with `jobs` one-step jobs, then drain it with one worker process,
+    started as run(python, worker argv) returns (the worker wrapped in a counter)."""
     name, python = system[0], str(system[1])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "DURABLE_ROOT": str(ROOT), "PEERS": str(HERE)}
     if name.startswith("django-durable"):
         env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench.settings",
                    WORKFLOWS="1" if "--workflows" in system[3] else "")
-        return python, env, FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
-    env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
-               PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
-    return python, env, FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+        fill, worker = FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
+    else:
+        env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
+                   PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
+        fill, worker = FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+    subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
+    subprocess.run(run(python, worker), env=env, cwd=ROOT, check=True, timeout=3600, capture_output=True)
 
 
 def drained(system, url: str, jobs: int) -> collections.Counter:
     """The calls of one worker process of `system` draining `jobs` jobs, by file ("<C>": C functions)."""
-    python, env, fill, argv = worker(system, url)
-    subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([python, "-c", COUNTER, out.name, *argv], env=env, cwd=ROOT, check=True, timeout=1800)
+        _drained(system, url, jobs, lambda python, worker: [python, "-c", COUNTER, out.name, *worker])
         return collections.Counter(json.loads(Path(out.name).read_text()))
 
 
 def instructions(system, url: str, jobs: int) -> int:
     """The machine instructions one worker process of `system` executes draining `jobs` jobs (every
     thread, the interpreter and its C extensions; valgrind's callgrind, which runs it ~50x slower)."""
-    python, env, fill, argv = worker(system, url)
-    subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.out",
-                        python, *argv], env=env, cwd=ROOT, check=True, timeout=3600, capture_output=True)
-        text = (Path(out) / "callgrind.out").read_text()
-    return int(next(line for line in text.splitlines() if line.startswith("summary:")).split()[1])
+        counted = Path(out) / "callgrind.out"
+        _drained(system, url, jobs, lambda python, worker: ["valgrind", "--tool=callgrind",
+                                                             f"--callgrind-out-file={counted}", python, *worker])
+        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
+    return int(summary.split()[1])
 
 
 def where(filename: str) -> str:
@@ -145,14 +146,14 @@ def main() -> None:
     systems = [s for s in SYSTEMS if s[0] in chosen and Path(s[1]).exists()]
     if args.instructions:
         print("| system | instructions a job |\n| --- | --- |")
-        for system in systems:
-            url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
-            before, after = instructions(system, url, 200), instructions(system, url, 200 + args.jobs)
-            print(f"| {system[0]} | {(after - before) / args.jobs / 1000:.0f} k |", flush=True)
-        return
-    print(f"| system | Python calls a job | C calls a job | by package (Python calls a job) |\n| --- | --- | --- | --- |")
+    else:
+        print("| system | Python calls a job | C calls a job | by package (Python calls a job) |\n| --- | --- | --- | --- |")
     for system in systems:
         url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
+        if args.instructions:
+            before, after = instructions(system, url, 200), instructions(system, url, 200 + args.jobs)
+            print(f"| {system[0]} | {(after - before) / args.jobs / 1000:.0f} k |", flush=True)
+            continue
         before, after = drained(system, url, 200), drained(system, url, 200 + args.jobs)
         groups: collections.Counter = collections.Counter()
         for filename in after:

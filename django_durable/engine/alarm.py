@@ -138,8 +138,9 @@ class _Covered:
         if ends and not _permanent and not _installed:
             # Outside a worker the handler is ours only while a timed step runs.
             _previous_handler, _installed = signal.signal(signal.SIGALRM, _on_alarm), True
-        self.timed = bool(ends) or bool(_frames) and any(f.step_at is not None or f.run_at is not None
-                                                         for f in _frames)
+        # Timed if this step is, or one it runs inside (no frame: nothing to look through).
+        self.timed = bool(ends) or (bool(_frames) and any(f.step_at is not None or f.run_at is not None
+                                                          for f in _frames))
         _frames.append(_Frame(self.key, claim, step_at, deadline, run_at, claim.step_active))
         if ends:
             try:
