@@ -19,6 +19,7 @@ import django_durable as durable
 from django_durable import schedules
 from django_durable.models import (
     Schedule,
+    Step,
     Timer,
     Worker,
     WorkflowEvent,
@@ -357,6 +358,10 @@ def test_runs_are_read_only_and_only_finished_ones_are_deleted(admin_client, run
     assert b"Deleted 1 run(s); 1 skipped (unfinished)." in response.content
     assert WorkflowRun.objects.filter(pk=runs["waiting"].pk).exists()
     assert not WorkflowRun.objects.filter(pk=runs["failed"].pk).exists()
+    # Their work items and journal went with them (no constraint in the database asks for it).
+    deleted = [runs["completed"].pk, runs["failed"].pk]
+    assert not WorkItem.objects.filter(run_id__in=deleted).exists()
+    assert not Step.objects.filter(run_id__in=deleted).exists()
 
 
 def test_work_items_timers_and_events_are_read_only(admin_client, runs):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 import django_durable as durable
 from django_durable import schedules
-from django_durable.models import Schedule, Step, WorkflowEvent, WorkflowRun
+from django_durable.models import Schedule, Step, WorkflowEvent, WorkflowRun, WorkItem
 from django_durable.testing import drain
 from tests.conftest import ROOT
 
@@ -131,6 +131,7 @@ def test_prune_deletes_old_finished_runs_in_batches_and_keeps_the_rest(settings)
     assert "deleted 5 finished run(s)" in durable_cli("prune", "--batch", "2")
     assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk}
     assert not Step.objects.filter(run_id__in=[r.pk for r in old]).exists()
+    assert not WorkItem.objects.filter(run_id__in=[r.pk for r in old]).exists()
     assert "deleted 1 finished run(s) older than 0 ms" in durable_cli("prune", "--older-than", "0")
     assert list(WorkflowRun.objects.values_list("pk", flat=True)) == [waiting.pk]
 

@@ -159,3 +159,34 @@ def test_runs_retried_as_a_whole_end_without_the_first_attempts_error_when_worke
         assert worker.wait() == 0, worker.log()
     assert set(runs.values_list("status", "attempt")) == {("completed", 2)}
     assert not runs.filter(error__isnull=False).exists(), runs.filter(error__isnull=False).count()
+
+
+@pytest.mark.timeout(120)
+def test_an_item_whose_run_was_deleted_behind_djangos_back_ends_without_running(monkeypatch):
+    """Work items and journal entries keep their run's id with no constraint in the database, so a
+    run deleted by hand (SQL, not Django's cascading delete) can leave its items behind. Every
+    implementation's claim finds no run for such an item: the worker ends it, runs nothing and
+    writes no journal entry, one at a time and in batches, and the other runs are done as usual."""
+    from django.db import connection
+
+    import django_durable as durable
+    from django_durable.models import Step, WorkflowRun, WorkItem
+    from django_durable.worker import process
+    from django_durable.worker.process import Worker
+    from tests.testapp import ledger
+    from tests.testapp import tasks as test_tasks
+
+    monkeypatch.setattr(process, "QUICK_SECONDS", 3600.0)  # batches however busy the machine
+    keys = [f"gone-{n}-{uuid.uuid4()}" for n in range(40)]
+    gone = [test_tasks.record.enqueue(key).id for key in keys[:30]]
+    gone += [durable.start("tests.three_steps", x=n).pk for n in range(10)]
+    kept = [test_tasks.record.enqueue(key).id for key in keys[30:]]
+    WorkflowRun.objects.filter(pk__in=gone)._raw_delete(connection.alias)  # no cascade
+
+    assert Worker(burst=True, name="w-orphans").run() == 0
+    assert [ledger.count(key, "ran") for key in keys[:30]] == [0] * 30
+    assert [ledger.count(key, "ran") for key in keys[30:]] == [1] * 10
+    left = dict(WorkItem.objects.filter(run_id__in=gone).values_list("run_id", "status"))
+    assert len(left) == 40 and set(left.values()) == {"completed"}, left
+    assert not Step.objects.filter(run_id__in=gone).exists()
+    assert WorkflowRun.objects.filter(pk__in=kept, status="completed").count() == 10

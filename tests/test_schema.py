@@ -51,6 +51,23 @@ def test_a_run_is_indexed_by_its_parent_and_subject_only_when_it_has_them():
 
 
 @pytest.mark.django_db
+def test_a_start_and_a_checkpoint_check_no_constraint_against_their_run():
+    """The work items and the journal keep their run's id without a foreign key constraint in the
+    database (migration 0036): its check would look the run up and lock its row at every start and
+    every checkpoint. Django's own deletions still cascade to them."""
+    with connection.cursor() as cursor:
+        for table in ("durable_work_item", "durable_step"):
+            constraints = connection.introspection.get_constraints(cursor, table)
+            references = {name: c["foreign_key"] for name, c in constraints.items() if c["foreign_key"]}
+            assert references == {}, (table, references)
+    from django_durable.models import Step, WorkItem
+
+    for model in (WorkItem, Step):
+        field = model._meta.get_field("run")
+        assert field.remote_field.on_delete.__name__ == "CASCADE" and not field.db_constraint
+
+
+@pytest.mark.django_db
 def test_the_hot_tables_leave_room_on_their_pages():
     """PostgreSQL: the work items keep 30% of a page free and are vacuumed and analyzed early, the
     runs keep 15% (migration 0029), so a row's new version usually stays on its page."""

@@ -52,8 +52,12 @@ class Step(models.Model):
         return status
 
     # No index of its own: the unique (run, key) serves every lookup by run, and one index fewer is
-    # one write fewer per checkpoint.
-    run = models.ForeignKey("WorkflowRun", on_delete=models.CASCADE, related_name="steps", db_index=False)
+    # one write fewer per checkpoint. No constraint in the database either (docs/decisions.md, "The
+    # hot rows hang off their run without a constraint"): an entry is only written fenced by a claim
+    # of its run, and Django's deletions still cascade. The constraint cost every checkpoint a
+    # lookup and a lock of the run.
+    run = models.ForeignKey("WorkflowRun", on_delete=models.CASCADE, related_name="steps", db_index=False,
+                            db_constraint=False)
     key = models.CharField(max_length=255)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.STEP)

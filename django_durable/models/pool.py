@@ -178,8 +178,12 @@ class WorkItem(models.Model):
         CANCELLED = "cancelled", "Cancelled"
 
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ADVANCE)
+    # No constraint in the database (docs/decisions.md, "The hot rows hang off their run without a
+    # constraint"): an item is only ever made with its run or by a claim of its run, and Django's
+    # deletions still cascade. The constraint cost every start a lookup and a lock of the run.
     run = models.ForeignKey(
-        "WorkflowRun", null=True, blank=True, on_delete=models.CASCADE, related_name="work_items"
+        "WorkflowRun", null=True, blank=True, on_delete=models.CASCADE, related_name="work_items",
+        db_constraint=False,
     )
     step_key = models.CharField(max_length=255, blank=True, default="")
     group = models.CharField(
