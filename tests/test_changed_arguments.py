@@ -192,8 +192,9 @@ def test_an_operator_sees_and_resumes_a_blocked_run_in_the_admin_and_over_http(a
 @pytest.mark.timeout(120)
 def test_a_deploy_that_changes_an_argument_blocks_in_a_real_worker_and_a_fix_resumes_it(start_worker):
     run = durable.start("tests.charges_twice", "o-1")
-    start_worker().wait()  # the old code: charged 1000 cents, waiting for "shipped"
-    assert WorkflowRun.objects.get(pk=run.pk).status == "waiting"
+    old = start_worker()
+    assert old.wait() == 0, old.log()  # the old code: charged 1000 cents, waiting for "shipped"
+    assert WorkflowRun.objects.get(pk=run.pk).status == "waiting", old.log()
     durable.signal(run.pk, "shipped")
     new = start_worker(env={"TESTAPP_CHARGE_CENTS": "1250"})  # the deploy
     assert new.wait() == 0
