@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -87,6 +88,28 @@ def assert_settled():
     assert unfinished == [], f"runs not finished: {unfinished}"
     busy = list(WorkItem.objects.exclude(status__in=["completed", "failed", "cancelled"]).values_list("id", "status", "claimed_by"))
     assert busy == [], f"work items still pending or claimed: {busy}"
+
+
+class Spy:
+    """Counts what a worker in this process asks of the workpool."""
+
+    def __init__(self, monkeypatch):
+        from django_durable import workpool
+        from django_durable.worker import process
+
+        self.counts = collections.Counter()
+        for name in ("claim", "claim_many", "finish_runs"):
+            original = getattr(workpool, name)
+            monkeypatch.setattr(process.workpool, name, self._counting(name, original))
+
+    def _counting(self, name, original):
+        def counted(*args, **kwargs):
+            answer = original(*args, **kwargs)
+            self.counts[name] += 1
+            if name != "claim":
+                self.counts[f"{name} items"] += len(answer)
+            return answer
+        return counted
 
 
 def ledger_counts(run_id) -> dict[str, int]:

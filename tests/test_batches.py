@@ -3,7 +3,6 @@ own token and lease, every write stays fenced item by item, and a lone item stil
 
 from __future__ import annotations
 
-import collections
 import uuid
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 import django_durable as durable
 from django_durable import workpool
 from django_durable.models import WorkflowRun, WorkItem
-from tests.conftest import assert_settled
+from tests.conftest import Spy, assert_settled
 from tests.testapp import ledger
 from tests.testapp import tasks as test_tasks
 
@@ -62,27 +61,6 @@ def test_claims_given_back_unstarted_keep_their_place_and_are_not_deliveries():
     items = {i.run_id: i for i in WorkItem.objects.filter(run_id__in=[r.pk for r in runs])}
     assert [(items[r.pk].status, items[r.pk].attempts) for r in runs[1:]] == [("pending", 0), ("pending", 0)]
     assert [c.run_id for c in claim_many(3, worker="w-other")] == [r.pk for r in runs[1:]]
-
-
-class Spy:
-    """Counts what a worker in this process asks of the workpool."""
-
-    def __init__(self, monkeypatch):
-        from django_durable.worker import process
-
-        self.counts = collections.Counter()
-        for name in ("claim", "claim_many", "finish_runs"):
-            original = getattr(workpool, name)
-            monkeypatch.setattr(process.workpool, name, self._counting(name, original))
-
-    def _counting(self, name, original):
-        def counted(*args, **kwargs):
-            answer = original(*args, **kwargs)
-            self.counts[name] += 1
-            if name != "claim":
-                self.counts[f"{name} items"] += len(answer)
-            return answer
-        return counted
 
 
 def test_a_worker_with_a_backlog_goes_to_batches_and_back_to_one_at_a_time(monkeypatch):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ON_POSTGRES, ROOT
+from tests.conftest import ON_POSTGRES, ROOT, Spy
 from tests.harness import contract
 
 GOLDEN = Path(__file__).parent / "golden" / "contract_rows.json"
@@ -177,6 +177,7 @@ def test_an_item_whose_run_was_deleted_behind_djangos_back_ends_without_running(
     from tests.testapp import tasks as test_tasks
 
     monkeypatch.setattr(process, "QUICK_SECONDS", 3600.0)  # batches however busy the machine
+    spy = Spy(monkeypatch)
     keys = [f"gone-{n}-{uuid.uuid4()}" for n in range(40)]
     gone = [test_tasks.record.enqueue(key).id for key in keys[:30]]
     gone += [durable.start("tests.three_steps", x=n).pk for n in range(10)]
@@ -190,3 +191,6 @@ def test_an_item_whose_run_was_deleted_behind_djangos_back_ends_without_running(
     assert len(left) == 40 and set(left.values()) == {"completed"}, left
     assert not Step.objects.filter(run_id__in=gone).exists()
     assert WorkflowRun.objects.filter(pk__in=kept, status="completed").count() == 10
+    assert spy.counts["claim"] >= 1, spy.counts  # the first item alone
+    if ON_POSTGRES:  # the backend that claims ahead took the rest in batches
+        assert spy.counts["claim_many items"] >= 30, spy.counts

@@ -4,7 +4,7 @@ import io
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, models
 
 from django_durable.models import WorkflowRun
 
@@ -64,7 +64,7 @@ def test_a_start_and_a_checkpoint_check_no_constraint_against_their_run():
 
     for model in (WorkItem, Step):
         field = model._meta.get_field("run")
-        assert field.remote_field.on_delete.__name__ == "CASCADE" and not field.db_constraint
+        assert field.remote_field.on_delete is models.CASCADE and not field.db_constraint
 
 
 @pytest.mark.django_db

@@ -87,7 +87,7 @@ with psycopg.connect(d.URL, autocommit=True) as connection:
 """
 
 
-def _drained(system, url: str, jobs: int, run) -> None:
+def _fill_and_drain(system, url: str, jobs: int, run) -> None:
     """Fill `system`'s queue with `jobs` one-step jobs, then drain it with one worker process,
     started as run(python, worker argv) returns (the worker wrapped in a counter)."""
     name, python = system[0], str(system[1])
@@ -107,7 +107,7 @@ def _drained(system, url: str, jobs: int, run) -> None:
 def drained(system, url: str, jobs: int) -> collections.Counter:
     """The calls of one worker process of `system` draining `jobs` jobs, by file ("<C>": C functions)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        _drained(system, url, jobs, lambda python, worker: [python, "-c", COUNTER, out.name, *worker])
+        _fill_and_drain(system, url, jobs, lambda python, worker: [python, "-c", COUNTER, out.name, *worker])
         return collections.Counter(json.loads(Path(out.name).read_text()))
 
 
@@ -116,7 +116,7 @@ def instructions(system, url: str, jobs: int) -> int:
     thread, the interpreter and its C extensions; valgrind's callgrind, which runs it ~50x slower)."""
     with tempfile.TemporaryDirectory() as out:
         counted = Path(out) / "callgrind.out"
-        _drained(system, url, jobs, lambda python, worker: ["valgrind", "--tool=callgrind",
+        _fill_and_drain(system, url, jobs, lambda python, worker: ["valgrind", "--tool=callgrind",
                                                              f"--callgrind-out-file={counted}", python, *worker])
         summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
     return int(summary.split()[1])
