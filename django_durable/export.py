@@ -86,7 +86,8 @@ def load_run(data: dict | str, *, run_id=None) -> WorkflowRun:
             SignalMessage(run_id=pk, **{field: _typed(field, value) for field, value in message.items()
                                         if field in _MESSAGE_FIELDS})
             for message in data.get("messages", []))
-        advance_item(run, ready=unfinished).save(using=db, force_insert=True)
+        if unfinished:  # an ended run has no advance item (a retry makes one)
+            advance_item(run).save(using=db, force_insert=True)
     return WorkflowRun.objects.using(db).get(pk=pk)
 
 

@@ -112,6 +112,16 @@ class Spy:
         return counted
 
 
+def replay_again(run_id, **fields) -> None:
+    """Send a finished run back to a worker, as if its worker had crashed before its end
+    committed: the run ``pending`` (with `fields`), and its advance item, which the end deleted,
+    ready again. The next worker replays it from its journal."""
+    from django_durable import workpool
+    from django_durable.models import WorkflowRun
+
+    workpool.back_to_pending(run_id, db="default", from_statuses=WorkflowRun.TERMINAL, **fields)
+
+
 def ledger_counts(run_id) -> dict[str, int]:
     from tests.testapp import ledger
 

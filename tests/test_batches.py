@@ -9,7 +9,7 @@ import pytest
 
 import django_durable as durable
 from django_durable import workpool
-from django_durable.models import WorkflowRun, WorkItem
+from django_durable.models import WorkflowEvent, WorkflowRun, WorkItem
 from tests.conftest import Spy, assert_settled
 from tests.testapp import ledger
 from tests.testapp import tasks as test_tasks
@@ -110,6 +110,8 @@ def test_no_claim_is_left_unrun_when_batches_end_with_claims_still_taken_ahead(m
     runs = [durable.start("tests.three_steps", x=n) for n in range(40)]
     worker._size = 8  # as after a backlog of quick items
     assert worker.run() == 0
-    assert WorkItem.objects.filter(run_id__in=[r.pk for r in runs], attempts__gt=0).count() == 0  # none redelivered
+    # None redelivered: no worker lost (the reaper would note it), and each run's end deleted its item.
+    assert not WorkflowEvent.objects.filter(run_id__in=[r.pk for r in runs], type=WorkflowEvent.Type.WORKER_LOST).exists()
+    assert not WorkItem.objects.filter(run_id__in=[r.pk for r in runs]).exists()
     assert WorkflowRun.objects.filter(pk__in=[r.pk for r in runs], status="completed").count() == 40
     assert_settled()

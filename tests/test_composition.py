@@ -8,7 +8,7 @@ import django_durable as durable
 from django_durable import ids
 from django_durable.models import Step, WorkflowRun, WorkItem
 from django_durable.testing import clock, drain
-from tests.conftest import ledger_counts
+from tests.conftest import ledger_counts, replay_again
 from tests.testapp import ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -161,11 +161,27 @@ def test_a_replay_never_starts_a_child_twice():
     drain()
     child_ids = set(WorkflowRun.objects.filter(parent=run).values_list("pk", flat=True))
     Step.objects.filter(run=run, key="later").delete()  # as if the parent crashed before recording it
-    WorkflowRun.objects.filter(pk=run.pk).update(status="pending", result=None)
-    WorkItem.objects.filter(run=run, kind="advance").update(status="pending")
+    replay_again(run.pk, result=None)
     drain()
     assert set(WorkflowRun.objects.filter(parent=run).values_list("pk", flat=True)) == child_ids
     assert run_of(run).get_result()["later"] == 30
+
+
+def test_a_child_started_again_after_it_ended_is_returned_as_it_is_with_nothing_queued():
+    """A replay that starts a child again (its parent crashed before recording the start) gets the
+    child back as it is. One that has ended has no work item (its end deleted it), and none is made."""
+    from django_durable import registry
+    from django_durable.workpool.runs import create_run
+
+    run = durable.start("tests.parent")
+    drain()
+    child = WorkflowRun.objects.filter(parent=run, status="completed").first()
+    assert not WorkItem.objects.filter(run=child).exists()
+    arguments = child.get_input()
+    again = create_run(registry.get(child.workflow), arguments["args"], arguments["kwargs"], run_id=child.pk,
+                       parent_id=run.pk)
+    assert again.pk == child.pk and run_of(again).status == "completed"
+    assert not WorkItem.objects.filter(run=child).exists()
 
 
 def _parent_made_at(moment):

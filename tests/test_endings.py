@@ -231,10 +231,15 @@ def test_every_ending_drags_the_same_things_along(ender, env):
     assert ended.status == status and ended.finished_at is not None and ended.waiting_on == ""
     assert (ended.result is not None) == (status == "completed")
     assert (ended.error is not None) == (status != "completed")
-    # Its timers never fire, its branch never starts, its item is not left to a worker.
+    # Its timers never fire, its branch never starts, its advance item is gone (one the reaper
+    # failed for good stays, failed, with the reason).
     assert not Timer.objects.filter(run=run, status="pending").exists()
     assert WorkItem.objects.get(pk=branch.pk).status == "cancelled"
-    assert WorkItem.objects.get(run=run, kind="advance").status in ("completed", "failed")
+    advance_item = list(WorkItem.objects.filter(run=run, kind="advance").values_list("status", "last_error"))
+    if ender is poison:
+        assert [status for status, _ in advance_item] == ["failed"] and "lost" in advance_item[0][1], advance_item
+    else:
+        assert advance_item == [], advance_item
     # Its children: the attached one goes with an end other than completed; the detached one stays.
     assert WorkflowRun.objects.get(pk=attached.pk).status == ("waiting" if status == "completed" else "cancelled")
     assert WorkflowRun.objects.get(pk=detached.pk).status == "waiting"

@@ -351,9 +351,10 @@ def test_a_finished_run_shows_no_waits_or_skips_and_deliveries_read_the_same_eve
 
     from django_durable.models import WorkItem
 
-    item = WorkItem.objects.get(run=run)
-    WorkItem.objects.filter(pk=item.pk).update(status="processing", attempts=2, claimed_by="w:1")
-    page = admin_client.get(f"{RUNS}{run.pk}/change/").content.decode()
+    assert not WorkItem.objects.filter(run=run).exists()  # its end deleted its item
+    held = durable.start("tests.three_steps", x=1)  # a run a worker holds, on its second delivery
+    WorkItem.objects.filter(run=held).update(status="processing", attempts=2, claimed_by="w:1")
+    page = admin_client.get(f"{RUNS}{held.pk}/change/").content.decode()
     listing = admin_client.get("/admin/django_durable/workitem/").content.decode()
     assert "<td>2 of 5</td>" in page and "2 of 5" in listing
     assert "column-delivery" in listing and ">deliveries<" not in page

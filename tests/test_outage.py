@@ -16,7 +16,7 @@ import pytest
 
 import django_durable as durable
 from django_durable import services, workpool
-from django_durable.models import WorkItem
+from django_durable.models import WorkflowRun, WorkItem
 from django_durable.worker.maintenance import Maintenance
 from tests import harness
 
@@ -67,9 +67,10 @@ def test_a_heartbeat_that_finds_its_claim_taken_says_so(caplog):
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_ended_by_its_own_end_is_told_from_one_taken_back():
     """ended_by_itself(), which a worker asks after a hand-back found its claim gone: true after its
-    own end committed (the answer may have been lost); false while another claim holds the item,
-    and false once the reaper or an operator took it (released, or forced the run to fail), even
-    after another worker ended it."""
+    own end committed (the answer may have been lost), a hand-back or the run's end, which deletes
+    the item; false while another claim holds the item, and false once the reaper or an operator
+    took it (released, or forced the run to fail, which deletes it too), even after another worker
+    ended it, or once the run was deleted."""
     durable.start("tests.three_steps", x=1)
     claim = workpool.claim(worker="w1", queues=None, db="default")
     assert not workpool.ended_by_itself(claim)  # still held
@@ -90,7 +91,16 @@ def test_a_claim_ended_by_its_own_end_is_told_from_one_taken_back():
     assert not workpool.ended_by_itself(third)
     fourth = workpool.claim(worker="w4", queues=None, db="default")
     services.force_fail(fourth.run_id, "stop", by="alice")  # an operator ends it under the worker
+    assert not WorkItem.objects.filter(id=fourth.item_id).exists()
     assert not workpool.ended_by_itself(fourth)
+
+    durable.start("tests.three_steps", x=2)
+    fifth = workpool.claim(worker="w5", queues=None, db="default")
+    assert workpool.finish_run(fifth, status="completed", result="[2, 3, 4]", error=None) == "completed"
+    assert not WorkItem.objects.filter(id=fifth.item_id).exists()  # the run's end deleted it
+    assert workpool.ended_by_itself(fifth)
+    WorkflowRun.objects.filter(pk=fifth.run_id).delete()
+    assert not workpool.ended_by_itself(fifth)  # gone with its run: nothing says this worker ended it
 
 
 @pytest.mark.django_db(transaction=True)

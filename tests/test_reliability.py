@@ -17,7 +17,7 @@ import django_durable as durable
 from django_durable import workpool
 from django_durable.models import Step, WorkflowRun, WorkItem
 from django_durable.testing import drain
-from tests.conftest import assert_settled, ledger_counts, wait_for
+from tests.conftest import assert_settled, ledger_counts, replay_again, wait_for
 from tests.harness.workers import in_threads
 from tests.testapp import ledger
 
@@ -353,9 +353,8 @@ def test_t34_a_claimed_item_without_a_lease_is_reaped():
 def test_t34_a_damaged_journal_entry_fails_the_run_instead_of_feeding_the_workflow():
     run = durable.start("tests.three_steps", x=1)
     drain()
-    WorkflowRun.objects.filter(pk=run.pk).update(status="pending")
     Step.objects.filter(run=run, key="b").update(result="{damaged")
-    WorkItem.objects.filter(run=run).update(status="pending")
+    replay_again(run.pk)
     drain()
     run = run_of(run)
     assert run.status == "failed", run.get_error()

@@ -159,5 +159,5 @@ def test_serialization_failures_and_deadlocks_are_retried(start_worker, tmp_path
     assert worker.wait(60) == 0, worker.log()
     assert (tmp_path / "once").exists()
     assert [durable.wait(run.pk, timeout=1) for run in runs] == [[i, i + 1, i + 2] for i in range(3)]
-    assert set(WorkItem.objects.values_list("attempts", flat=True)) == {0}
+    assert not WorkItem.objects.exists()  # each run's end deleted its item, none left to deliver again
     assert_settled()

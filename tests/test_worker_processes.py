@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 
 import django_durable as durable
-from django_durable.models import Step, Worker, WorkflowRun, WorkItem
+from django_durable.models import Step, Worker, WorkflowEvent, WorkflowRun, WorkItem
 from tests.conftest import assert_settled, ledger_counts, wait_for
 from tests.testapp import ledger
 from tests.testapp.models import Payment
@@ -443,7 +443,7 @@ def test_a_killed_worker_process_is_shown_stopped_and_its_run_resumes_without_wa
     worker = start_worker(concurrency=2, burst=False, env={"DURABLE_LEASE_SECONDS": str(lease)})
     wait_for(reached.exists, message="step b to start")
     item = WorkItem.objects.get(run=run)
-    token, name = item.claim_token, item.claimed_by
+    name = item.claimed_by
     pid = int(name.rpartition(":")[2])
     assert pid in [int(p) for p in os.popen(f"pgrep -P {worker.pid}").read().split()]
     wait_for(lambda: Worker.objects.filter(name=name, stopped_at__isnull=True).exists(), message="its row")
@@ -454,7 +454,9 @@ def test_a_killed_worker_process_is_shown_stopped_and_its_run_resumes_without_wa
     row = Worker.objects.get(name=name)
     assert row.stopped_at is not None and "SIGKILL" in row.current
     assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}
-    assert WorkItem.objects.get(run=run).claim_token != token
+    # Taken back from the killed worker (then the run's end deleted the item).
+    assert WorkflowEvent.objects.filter(run=run, type=WorkflowEvent.Type.WORKER_LOST, data__worker=name).exists()
+    assert not WorkItem.objects.filter(run=run).exists()
     log = worker.log()
     assert f"Worker process {pid} was killed by SIGKILL" in log
     assert f"Run {run.pk}: delivery 2 of 5 after worker {name} was lost." in log, log
@@ -556,7 +558,7 @@ def test_a_whole_worker_killed_and_started_again_takes_its_runs_back_without_wai
     first = start_worker(burst=False, env=env)
     wait_for(reached.exists, message="step b to start")
     item = WorkItem.objects.get(run=run)
-    token, name = item.claim_token, item.claimed_by
+    name = item.claimed_by
     wait_for(lambda: Worker.objects.filter(name=name, stopped_at__isnull=True).exists(), message="its row")
     assert Worker.objects.get(name=name).machine  # Linux: the boot id and pid namespace are known
     killed = time.monotonic()
@@ -566,7 +568,9 @@ def test_a_whole_worker_killed_and_started_again_takes_its_runs_back_without_wai
     assert durable.wait(run.pk, timeout=lease / 3) == "done", second.log()  # the old code waited out the lease
     resumed = time.monotonic() - killed
     assert ledger_counts(run.pk) == {"a": 1, "b": 2, "c": 1}
-    assert WorkItem.objects.get(run=run).claim_token != token
+    # Taken back from the killed worker (then the run's end deleted the item).
+    assert WorkflowEvent.objects.filter(run=run, type=WorkflowEvent.Type.WORKER_LOST, data__worker=name).exists()
+    assert not WorkItem.objects.filter(run=run).exists()
     row = Worker.objects.get(name=name)
     assert row.stopped_at is not None and "was gone" in row.current
     assert f"Took back 1 claim(s) of worker {name}: its process is gone (same machine)." in second.log()

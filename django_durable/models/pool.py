@@ -144,6 +144,11 @@ class WorkItemQuerySet(models.QuerySet):
         return self.update(status=WorkItem.Status.PROCESSING, claim_token=token, claimed_by=worker,
                            claim_expires_at=lease_expires, attempts=F("attempts") + 1, wake=False)
 
+    def drop(self) -> int:
+        """Delete these items (a run's advance item at the run's end: nothing will advance it again;
+        a retry makes a new one). Any later write by a holder is fenced out. Return how many."""
+        return self.delete()[0]
+
     def end(self, status: str, **fields) -> int:
         """Free these items as items that finished their turn, writing every column of
         WorkItem.END_COLUMNS (end_values()); `fields` override some (a branch's retry gives its
@@ -236,9 +241,9 @@ class WorkItem(models.Model):
         db_table = "durable_work_item"
         permissions = [("release_workitem", "Can release the claims of work items")]
         constraints = [
-            # A run has exactly one advance item, reused for every advance: a wakeup flips it
-            # back to pending (or sets `wake` while it is processing), so wakeups never pile
-            # up and two workers can never advance one run at once.
+            # A run has exactly one advance item until it ends (its end deletes it), reused for
+            # every advance: a wakeup flips it back to pending (or sets `wake` while it is
+            # processing), so wakeups never pile up and two workers can never advance one run at once.
             models.UniqueConstraint(
                 fields=["run"], condition=Q(kind="advance"), name="durable_one_advance_per_run"
             ),

@@ -71,16 +71,10 @@ def force_fail(run_id, reason: str | None = None, *, by: str | None = None) -> W
         descendants = locking.lock_descendants(pk, db)
         run = lock_unfinished(pk, db)
         WorkflowEvent.record(pk, EventType.FORCE_FAILED, by=by, message=reason or "", data={"from": run.status}, db=db)
-        _take_item(pk, db, WorkItem.Status.COMPLETED)
         endings.end_run(pk, Status.FAILED, db=db, error=error, descendants=descendants,
                         why=f"Its parent run {pk} was forced to fail.")
     run.refresh_from_db()
     return run
-
-
-def _take_item(pk, db: str, status: str) -> None:
-    """Set the run's advance item to `status`, taking it from any worker that holds it (fenced out)."""
-    WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE).end(status, step_key="")
 
 
 def retry_run(run_id, *, by: str | None = None) -> WorkflowRun:

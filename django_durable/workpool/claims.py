@@ -80,11 +80,11 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> None:
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None,
                records: list[StepRecord] = (), then: ClaimRequest | None = None,
                committed: Callable[[], None] | None = None) -> str | None:
-    """Record the last journal entries and the run's outcome, and free its work item: the run's
+    """Record the last journal entries and the run's outcome, and delete its work item: the run's
     end (endings.py) made by its worker.
 
     Fenced and atomic. Return the status the run ended with (``cancelled`` when a cancel
-    committed first), endings.UNCHANGED for a run that had ended before (only its item is freed),
+    committed first), endings.UNCHANGED for a run that had ended before (only its item is deleted),
     or None (writing nothing) if the claim is lost. With `then`, the same statement claims the
     worker's next item, left in ``claim.next_claim`` (PostgreSQL). Once the end has committed,
     `committed()` is called (the engine announces the steps `records` holds) and then the end's
@@ -181,9 +181,14 @@ def ended_by_itself(claim: Claim) -> bool:
     committed but the database's answer never came (a connection cut after COMMIT, a failover).
     Read after a hand-back that found the claim gone. The item is held by no claim and its delivery
     count is reset (an end does that; the reaper's taking back and its failing a run for good keep
-    it), and nothing took the item from this worker since the claim began (WorkflowEvent.TAKES_CLAIM:
-    a reaped item ended later by another worker is reset too)."""
-    if not WorkItem.objects.using(claim.db).filter(pk=claim.item_id, claim_token__isnull=True, attempts=0).exists():
+    it), or it is gone and its run ended (a run's end deletes its advance item), and nothing took
+    the item from this worker since the claim began (WorkflowEvent.TAKES_CLAIM: a reaped item ended
+    later by another worker is reset too)."""
+    item = WorkItem.objects.using(claim.db).filter(pk=claim.item_id).values_list("claim_token", "attempts").first()
+    if item is None:
+        if not WorkflowRun.objects.using(claim.db).filter(pk=claim.run_id, status__in=WorkflowRun.TERMINAL).exists():
+            return False
+    elif item != (None, 0):
         return False
     taken = WorkflowEvent.objects.using(claim.db).filter(run_id=claim.run_id, type__in=WorkflowEvent.TAKES_CLAIM)
     if claim.db_time is not None:

@@ -9,10 +9,12 @@ A run ends in one of two ways, and both do the same:
   verdict on a run its workers died on too often.
 
 Either way, in the transaction that ends it, the run gets its terminal status, its finish time
-and its error (or result); its timers and its branches not started yet are cancelled; its
-parent's advance is woken (the parent may be waiting for this child); a durable.wait() that
-marked it is told (NOTIFY, on PostgreSQL); and an end other than ``completed`` cancels its
-unfinished children, detached ones excepted (cascade()). Once that has committed, the end's
+and its error (or result); its advance item is deleted (nothing will advance it again; a retry
+makes a new one), by the worker's fence or by end_run(), which keeps only an item the reaper
+failed for good (``failed``, with the reason); its timers and its branches not started yet are
+cancelled; its parent's advance is woken (the parent may be waiting for this child); a
+durable.wait() that marked it is told (NOTIFY, on PostgreSQL); and an end other than
+``completed`` cancels its unfinished children, detached ones excepted (cascade()). Once that has committed, the end's
 run's definition is told (a django.tasks task's sends task_finished) and its Django signal is
 sent, once (announce(): run_completed, run_failed or run_cancelled).
 """
@@ -73,9 +75,11 @@ def record_end(run_id, status: str, *, db: str, result: str | None = None, error
 def end_run(run_id, status: str, *, db: str, error: str | None = None, result: str | None = None,
             descendants: list[WorkflowRun] = (), why: str | None = None, wake_parent: bool = True,
             **fields) -> Ended | None:
-    """End a run no worker holds: record_end(), the cascade to its `descendants` (locked first,
-    by locking.lock_descendants; `why` is their error) unless it completed, and its signal once
-    the caller's transaction commits. Return how it ended, or None if it had ended already."""
+    """End a run no worker holds: its advance item deleted (drop_advance), record_end(), the
+    cascade to its `descendants` (locked first, by locking.lock_descendants; `why` is their
+    error) unless it completed, and its signal once the caller's transaction commits. Return how
+    it ended, or None if it had ended already."""
+    drop_advance(run_id, db)
     ended = record_end(run_id, status, db=db, result=result, error=error, wake_parent=wake_parent, **fields)
     if ended is not None:
         cascade(ended.run_id, ended.status, descendants, db=db, why=why)
@@ -122,7 +126,6 @@ def cancel_run(run: WorkflowRun, error: str, db: str, *, descendants: list[Workf
         cascade(run.pk, Status.CANCELLED, descendants, db=db, why=why)
         notify(db)
         return False
-    items.end(WorkItem.Status.COMPLETED, step_key="")
     end_run(run.pk, Status.CANCELLED, db=db, error=error, descendants=descendants, why=why, wake_parent=wake_parent,
             cancel_requested_at=now)
     return True
@@ -148,6 +151,15 @@ def send_end(ended: Ended) -> None:
     else:
         signals.send(signals.run_failed, workflow, run_id=pk, status=ended.status,
                      error=serialization.decode(ended.error))
+
+
+def drop_advance(pk, db: str) -> int:
+    """Delete the advance item of run `pk`, which is ending: nothing will advance it again, and
+    whoever holds it is fenced out (a worker's own end deletes it with its fence instead:
+    queries.END_FENCE_DROP). An item the reaper failed for good stays, the evidence of the lost
+    deliveries (claims.ended_by_itself reads it). Return how many were deleted."""
+    return (WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
+            .exclude(status=WorkItem.Status.FAILED).drop())
 
 
 def cancel_branches(pk, db: str, group: str | None = None) -> None:

@@ -14,7 +14,8 @@ from ..models import WorkflowRun, WorkItem
 
 
 def lock_run(pk, db: str) -> WorkflowRun | None:
-    """Lock the run's work item, then the run; return the run (None if there is none)."""
+    """Lock the run's advance item (an ended run has none), then the run; return the run (None if
+    there is none)."""
     list(
         WorkItem.objects.using(db).filter(run_id=pk, kind=WorkItem.Kind.ADVANCE)
         .select_for_update(no_key=True).values_list("id", flat=True)

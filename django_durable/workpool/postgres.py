@@ -370,10 +370,14 @@ def record_steps(claim: Claim, records: list[StepRecord]) -> tuple[int, bool]:
     return written, bool(cancel_requested)
 
 
-def _end(item_status_sql: str, claim, records, timers, items=(), available_at=None) -> tuple[str, list]:
-    """queries.END_FENCE and the END_* parts this ending needs, filled in, and their parameters."""
-    sql = _fill(queries.END_FENCE, item_status=item_status_sql,
-                available_at="%s" if available_at else f"COALESCE(turn, {clock.now_sql('postgresql')})")
+def _end(item_status_sql: str | None, claim, records, timers, items=(), available_at=None) -> tuple[str, list]:
+    """queries.END_FENCE (or, with no `item_status_sql`, END_FENCE_DROP: the run's end) and the
+    END_* parts this ending needs, filled in, and their parameters."""
+    if item_status_sql is None:
+        sql = queries.END_FENCE_DROP
+    else:
+        sql = _fill(queries.END_FENCE, item_status=item_status_sql,
+                    available_at="%s" if available_at else f"COALESCE(turn, {clock.now_sql('postgresql')})")
     params = ([available_at] if available_at else []) + [claim.item_id, claim.token]
     consumed_sql, consumed_params = _consumed(records)
     sql += consumed_sql
@@ -396,12 +400,13 @@ def _end(item_status_sql: str, claim, records, timers, items=(), available_at=No
 
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None, records: list[StepRecord],
                next_claim: ClaimParams | None = None) -> tuple[str | None, Claimed | None]:
-    """The run's end by its worker (queries.FINISH_RUN, the twin of endings.record_end), fenced.
+    """The run's end by its worker (queries.FINISH_RUN, the twin of endings.record_end), fenced by
+    its item, which it deletes.
 
     Return (the status the run ended with, UNCHANGED if it had ended before, or None if the claim
     is lost; the next claim, when `next_claim` asked for one in the same statement).
     """
-    sql, params = _end("'completed'", claim, records, ())
+    sql, params = _end(None, claim, records, ())
     sql += _fill(queries.FINISH_RUN)
     params.extend([status, result, error, *given_run(claim.run_id)])
     fenced, final, claimed = _with_claim(claim, sql, params, queries.FINISH_RUN_OUTCOMES, next_claim,

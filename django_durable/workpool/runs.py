@@ -92,8 +92,10 @@ def create_run(definition, args: list, kwargs: dict, *, idempotency_key=None, qu
                     raise _busy(definition, run, db) from None
             if run_id is not None:
                 existing = WorkflowRun.objects.using(db).get(pk=run_id)
-                if WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).exists():
-                    return existing  # created before, with its work item, in one transaction
+                if existing.status in WorkflowRun.TERMINAL or \
+                        WorkItem.objects.using(db).filter(run_id=run_id, kind=WorkItem.Kind.ADVANCE).exists():
+                    # Created before, with its work item, in one transaction (an ended run's is gone).
+                    return existing
             else:
                 existing = WorkflowRun.objects.using(db).filter(
                     workflow=definition.name, idempotency_key=idempotency_key).first()
@@ -130,7 +132,8 @@ def stored_input(definition, args, kwargs: dict, run_id, *, validated: bool = Fa
 def advance_item(run, *, ready: bool = True, available_at=None, turn=None) -> WorkItem:
     """The work item that advances `run` (a WorkflowRun or a NewRun), unsaved: ready now (or as
     of `available_at`, or at its `turn` in a fair queue: fairness.turns), or idle (``completed``)
-    until a wakeup makes it ready. A run has exactly one, for its whole life."""
+    until a wakeup makes it ready. A run has exactly one until it ends; its end deletes it
+    (endings.py), and a retry of the ended run makes it again (pending.back_to_pending)."""
     return WorkItem(kind=WorkItem.Kind.ADVANCE, run_id=run.id, queue=run.queue, priority=run.priority,
                     concurrency_key=run.concurrency_key or "", turn=turn,
                     available_at=turn or available_at or clock.db_now(),

@@ -192,7 +192,11 @@ def _consume(claim, records) -> None:
 
 
 def _end(claim, item_status, records, timers=(), items=(), available_at=None) -> bool:
-    if not claim.fence().end(item_status, **({"available_at": available_at} if available_at else {})):
+    """The fence: the item ends with `item_status`, or with None (the run's end) is deleted
+    (queries.END_FENCE, END_FENCE_DROP); then the entries, messages, branches and timers."""
+    fence = claim.fence()
+    if not (fence.drop() if item_status is None else
+            fence.end(item_status, **({"available_at": available_at} if available_at else {}))):
         return False
     if records:
         # The claim token is gone now, so the journal rows are written unfenced, inside the
@@ -222,10 +226,11 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
 
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None, records: list[StepRecord],
                next_claim: ClaimParams | None = None) -> tuple[str | None, Claimed | None]:
-    """As on PostgreSQL: the fence, then the run's end (endings.record_end, whose SQL twin
-    queries.FINISH_RUN is); `next_claim` is ignored (the worker claims next with a statement of its own)."""
+    """As on PostgreSQL: the fence, which deletes the item, then the run's end (endings.record_end,
+    whose SQL twin queries.FINISH_RUN is); `next_claim` is ignored (the worker claims next with a
+    statement of its own)."""
     with transaction.atomic(using=claim.db):
-        if not _end(claim, WorkItem.Status.COMPLETED, records):
+        if not _end(claim, None, records):
             return None, None
         ended = endings.record_end(claim.run_id, status, db=claim.db, result=result, error=error, cancel_wins=True)
     return (ended.status if ended is not None else endings.UNCHANGED), None

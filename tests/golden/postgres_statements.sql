@@ -183,18 +183,9 @@ SELECT (SELECT count(*) FROM written),
 
 -- name: finish a run (21 parameters)
 WITH fence AS (
-    UPDATE durable_work_item
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id, turn
+    RETURNING run_id
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -237,18 +228,9 @@ SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notif
 
 -- name: finish a run and claim the next item (24 parameters)
 WITH fence AS (
-    UPDATE durable_work_item
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id, turn
+    RETURNING run_id
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint")
@@ -695,18 +677,9 @@ FROM unnest(%s::text[]) AS turn (queue);
 
 -- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
 WITH fence AS (
-    UPDATE durable_work_item
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id, turn
+    RETURNING run_id
 ),
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.
@@ -1052,16 +1025,7 @@ WITH ending AS (
     SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS e (item_id, token, result)
 ),
 fence AS (
-    UPDATE durable_work_item AS w
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item AS w
     WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
       AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
     RETURNING w.id, w.run_id

@@ -111,18 +111,9 @@ SELECT (SELECT count(*) FROM written),
 
 -- name: finish a run (23 parameters)
 WITH fence AS (
-    UPDATE durable_work_item
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id, turn
+    RETURNING run_id
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -165,18 +156,9 @@ SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notif
 
 -- name: finish a run and claim the next item (26 parameters)
 WITH fence AS (
-    UPDATE durable_work_item
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id, turn
+    RETURNING run_id
 ),
 steps AS (
     INSERT INTO durable_step ("run_id", "key", "seq", "kind", "name", "status", "result", "error", "attempts", "started_at", "finished_at", "deadline_at", "retry_at", "match", "remaining", "fingerprint", "run_created_at")
@@ -503,18 +485,9 @@ FROM unnest(%s::text[]) AS turn (queue);
 
 -- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (19 parameters)
 WITH fence AS (
-    UPDATE durable_work_item
-    SET status = 'completed',
-        available_at = COALESCE(turn, statement_timestamp()),
-        claim_token = NULL,
-        claimed_by = '',
-        claim_expires_at = NULL,
-        attempts = 0,
-        wake = false,
-        missing_since = NULL,
-        step_key = CASE WHEN kind = 'advance' THEN '' ELSE step_key END
+    DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
-    RETURNING run_id, turn
+    RETURNING run_id
 ),
 done AS (
     -- A cancel that committed first wins: the run ends cancelled, not with this outcome.

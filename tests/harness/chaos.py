@@ -12,7 +12,7 @@ the system on purpose, from outside the engine, to show that the checks catch it
     early-wake      move a sleeping run's wake-up time to now (its sleep ends early)
     double-signal   mark a consumed signal unconsumed (a wait takes it twice)
     unrecorded-kill SIGKILL a worker process without noting it (a worker exits unexplained)
-    stale-claim     mark a finished run's work item claimed, with a lease far in the future
+    stale-claim     give a finished run a claimed work item again, with a lease far in the future
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ class Soak:
         from django.db.models.functions import Now
         from django.utils import timezone
 
-        from django_durable.models import SignalMessage, Step, Timer, WorkItem
+        from django_durable.models import SignalMessage, Step, Timer, WorkflowRun, WorkItem
 
         pending = list(self.breaks)
         while pending and not self.stop.wait(0.2):
@@ -349,12 +349,13 @@ class Soak:
                     if row is not None:
                         done = retrying(lambda: SignalMessage.objects.filter(pk=row).update(consumed_at=None)) > 0
                 elif mode == "stale-claim":
-                    row = retrying(lambda: WorkItem.objects.filter(status="completed", run__status="completed")
-                                   .values_list("pk", flat=True).first())
-                    if row is not None:
-                        done = retrying(lambda: WorkItem.objects.filter(pk=row).update(
-                            status="processing", claim_token=uuid.uuid4(), claimed_by="nobody",
-                            claim_expires_at=timezone.now() + dt.timedelta(days=1))) > 0
+                    row = retrying(lambda: WorkflowRun.objects.filter(status="completed")
+                                   .values_list("pk", "queue").first())
+                    if row is not None:  # its end deleted its work item: one claimed, as a bug would leave
+                        done = bool(retrying(lambda: WorkItem.objects.update_or_create(
+                            run_id=row[0], kind="advance", defaults={
+                                "queue": row[1], "status": "processing", "claim_token": uuid.uuid4(),
+                                "claimed_by": "nobody", "claim_expires_at": timezone.now() + dt.timedelta(days=1)})))
                 elif mode == "unrecorded-kill":
                     workers = self.workers()
                     if workers:

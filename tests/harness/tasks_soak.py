@@ -22,7 +22,7 @@ outside the engine, to show that the checks catch it:
 
     unrecorded-kill  SIGKILL a busy worker process without noting it (its tasks run twice, unexplained)
     lost-task        delete a task's run once it finished (a task enqueued that never ended)
-    stale-claim      mark a finished task's work item claimed again (something left claimed)
+    stale-claim      give a finished task a claimed work item again (something left claimed)
 """
 
 from __future__ import annotations
@@ -180,8 +180,10 @@ class TasksSoak:
             retrying(lambda: WorkflowRun.objects.filter(pk=result_id).delete())
         if "stale-claim" in self.options.breaks:
             result_id = self.enqueued[len(self.enqueued) // 3][0]
-            retrying(lambda: WorkItem.objects.filter(run_id=result_id).update(
-                status="processing", claimed_by="nobody:1"))
+            queue = retrying(lambda: WorkflowRun.objects.values_list("queue", flat=True).get(pk=result_id))
+            retrying(lambda: WorkItem.objects.update_or_create(  # its end deleted it, if it ended
+                run_id=result_id, kind="advance", defaults={"queue": queue, "status": "processing",
+                                                            "claimed_by": "nobody:1"}))
 
     def drain(self) -> float | None:
         from django_durable.models import WorkflowRun
