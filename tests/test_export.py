@@ -52,6 +52,7 @@ def test_an_exported_run_replays_in_a_test_against_fixed_code(tmp_path):
     loaded = load_run(str(path))
     assert loaded.pk == run.pk and loaded.status == "failed"
     assert Step.objects.filter(run=loaded).count() == 3
+    assert not WorkItem.objects.filter(run=loaded).exists()  # ended: no advance item until the retry makes one
     broken["yes"] = False
     durable.retry_run(loaded.pk)
     drain()

@@ -14,9 +14,9 @@ makes a new one), by the worker's fence or by end_run(), which keeps only an ite
 failed for good (``failed``, with the reason); its timers and its branches not started yet are
 cancelled; its parent's advance is woken (the parent may be waiting for this child); a
 durable.wait() that marked it is told (NOTIFY, on PostgreSQL); and an end other than
-``completed`` cancels its unfinished children, detached ones excepted (cascade()). Once that has committed, the end's
-run's definition is told (a django.tasks task's sends task_finished) and its Django signal is
-sent, once (announce(): run_completed, run_failed or run_cancelled).
+``completed`` cancels its unfinished children, detached ones excepted (cascade()). Once that has
+committed, the end's run's definition is told (a django.tasks task's sends task_finished) and its
+Django signal is sent, once (announce(): run_completed, run_failed or run_cancelled).
 """
 
 from __future__ import annotations

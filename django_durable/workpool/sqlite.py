@@ -195,8 +195,11 @@ def _end(claim, item_status, records, timers=(), items=(), available_at=None) ->
     """The fence: the item ends with `item_status`, or with None (the run's end) is deleted
     (queries.END_FENCE, END_FENCE_DROP); then the entries, messages, branches and timers."""
     fence = claim.fence()
-    if not (fence.drop() if item_status is None else
-            fence.end(item_status, **({"available_at": available_at} if available_at else {}))):
+    if item_status is None:
+        held = fence.drop()
+    else:
+        held = fence.end(item_status, **({"available_at": available_at} if available_at else {}))
+    if not held:
         return False
     if records:
         # The claim token is gone now, so the journal rows are written unfenced, inside the
