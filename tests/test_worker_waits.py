@@ -82,6 +82,33 @@ def test_a_signal_wakes_an_idle_worker_at_once(start_worker):
     assert worker.wait() == 0
 
 
+@pytest.mark.postgres
+def test_a_start_committed_before_the_worker_listens_is_claimed_before_it_waits(monkeypatch, settings):
+    """A worker listens for notifications when it first runs out of work, not before its first
+    claim: the notification of a start that committed before it listened went unheard, so it
+    looks for work once more before it waits (with nothing else to wake it, an hour's poll)."""
+    from django_durable.worker.process import Worker
+    from django_durable.worker.waiter import Waiter
+
+    settings.DURABLE_POLL_INTERVAL = 3600
+    listen, started, seen = Waiter.listen, [], []
+
+    def listen_after_a_start(waiter):
+        if waiter.listener is None and not started:
+            started.append(durable.start("tests.three_steps", x=1))  # committed, notified, unheard
+        return listen(waiter)
+
+    def wait(waiter, timeout):
+        seen.append(run_of(started[0]).status)
+        worker.stop()
+
+    monkeypatch.setattr(Waiter, "listen", listen_after_a_start)
+    monkeypatch.setattr(Waiter, "wait", wait)
+    worker = Worker(name="w-listens-when-idle")
+    assert worker.run() == 0
+    assert seen == ["completed"]
+
+
 @pytest.mark.parametrize("workflow", ["tests.cooperative_cancel", "tests.cancellable"])
 def test_cancel_during_a_step_starts_no_later_step(start_worker, tmp_path, workflow):
     """RELIABILITY T25."""

@@ -1,4 +1,5 @@
-"""A worker's second thread: heartbeats, the reaper, due timers and schedules, and two watchdogs.
+"""A worker's second thread: the declared schedules synced as it starts, then heartbeats, the reaper,
+due timers and schedules, and two watchdogs.
 
 It has its own database connection, so a long step never delays the heartbeat that keeps its
 lease, nor the recovery of other workers' expired claims, nor the timers of sleeping runs.
@@ -49,6 +50,11 @@ class Maintenance(threading.Thread):
 
     def run(self) -> None:
         worker = self.worker
+        try:
+            schedules.sync_declared()  # every worker does, here beside its first claims: idempotent
+        except DB_ERRORS as exc:
+            logger.warning("Could not sync the declared schedules (%s); the next worker start will.", exc)
+            close_connection(worker.db)
         now = time.monotonic()
         self.next_reap = now + random.uniform(0, self.reaper_interval)
         next_report = now

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 
-from .. import conf, partitioning, schedules, serialization, workpool
+from .. import conf, partitioning, serialization, workpool
 from ..checks import check_sqlite_journal
 from ..engine import alarm
 from ..engine.branches import run_branch
@@ -85,15 +85,11 @@ class Worker:
         self._install_signal_handlers()
         maintenance = self.maintenance = Maintenance(self)
         maintenance.start()
+        # It listens for notifications when it first runs out of work, not before its first
+        # claim, and the maintenance thread syncs the declared schedules: neither delays the start.
         waiter = Waiter(self.db, self._wake_r)
-        waiter.listen()  # before the first claim, so no notification falls between the two
         for warning in check_sqlite_journal(databases=[self.db]):
             logger.warning("%s %s", warning.msg, warning.hint)
-        try:
-            schedules.sync_declared()  # every worker may: it is idempotent
-        except DB_ERRORS as exc:
-            logger.warning("Could not sync the declared schedules (%s); the next worker start will.", exc)
-            close_connection(self.db)
         try:
             partitioning.runs.layout(self.db, refresh=True)
             if partitioning.layout(self.db, refresh=True) is not None:
@@ -129,6 +125,8 @@ class Worker:
                     logger.exception("Worker %s failed; going on after a pause.", self.name)
                     waiter.sleep(backoff.next())
                     continue
+                if waiter.begins_listening():
+                    continue  # what was notified before it began went unheard: look once more first
                 idle = self._idle_seconds()
                 if settle:  # a start that committed just after the last claim may not have notified
                     idle, settle = min(idle, SETTLE_SECONDS), False

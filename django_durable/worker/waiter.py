@@ -51,6 +51,12 @@ class Waiter:
         self._backoff.reset()
         return self.listener
 
+    def begins_listening(self) -> bool:
+        """Listen if not listening (and allowed to try again); return True if listening began
+        now. A notification sent before then was not heard: look for work once more before a wait.
+        """
+        return self.listener is None and self.listen() is not None
+
     def _failed(self) -> None:
         """The listening session failed: poll, and try again after a growing back-off."""
         self._lost = True
