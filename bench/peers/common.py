@@ -97,9 +97,10 @@ def postmaster(url: str) -> int:
 
 def run_workers(commands: list[list[str]], env: dict | None = None, timeout: float = 900, url: str = "") -> dict:
     """Start the worker processes, wait for all of them to exit; return the machine's busy CPU
-    seconds meanwhile, the wall time, the largest peak RSS of a worker (MB), and, sampled every
-    20 ms meanwhile, the machine's busy CPU, the workers' CPU and the PostgreSQL server's at `url`
-    (`cpu_during()` reads any of them over a window)."""
+    seconds meanwhile, the wall time, the largest peak RSS of a worker (MB), when they were
+    spawned (epoch seconds, "spawned_at"), and, sampled every 20 ms meanwhile, the machine's busy
+    CPU, the workers' CPU and the PostgreSQL server's at `url` (`cpu_during()` reads any of them
+    over a window)."""
     import threading
 
     server = postmaster(url or os.environ["DATABASE_URL"])
@@ -116,7 +117,7 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
             stop.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    before_cpu, before = busy_seconds(), time.perf_counter()
+    before_cpu, before, spawned = busy_seconds(), time.perf_counter(), time.time()
     processes.extend(subprocess.Popen(command, env={**os.environ, **(env or {})}) for command in commands)
     sampler.start()
     try:
@@ -127,7 +128,7 @@ def run_workers(commands: list[list[str]], env: dict | None = None, timeout: flo
         stop.set()
         sampler.join()
     return {"busy_cpu_s": busy_seconds() - before_cpu, "wall_s": time.perf_counter() - before,
-            "worker_peak_rss_mb": rss[0],
+            "worker_peak_rss_mb": rss[0], "spawned_at": spawned,
             "samples": machine, "worker_samples": workers, "database_samples": database}
 
 
@@ -243,18 +244,21 @@ def report_w5(system: str, version: str, jobs: int, done: int, window, enqueued:
     job's start to the last one's end, epoch seconds by the database's clock, the same machine's);
     over that window, the CPU per job of the workers and PostgreSQL ("cpu_ms_per_job", and each
     apart: without the processes' start-up and exit, or other tenants' work) and the machine's
-    busy CPU per job ("machine_cpu_ms_per_job"); and the rest of run_workers()'s figures."""
+    busy CPU per job ("machine_cpu_ms_per_job"); the workers' start, from their spawn to the first
+    job's start ("first_job_s": the same machine's clock on both sides); and the rest of
+    run_workers()'s figures."""
     if done != jobs:
         raise SystemExit(f"{system}: {done} of {jobs} jobs finished")
     start, end = (float(moment) for moment in window)
     machine, workers, database = drained.pop("samples"), drained.pop("worker_samples"), drained.pop("database_samples")
+    first_job_s = start - drained.pop("spawned_at")
     per_job = {name: 1000 * cpu_during(samples, start, end) / jobs
                for name, samples in (("workers", workers), ("database", database), ("machine", machine))}
     report({"system": system, "version": version, "jobs": jobs, "enqueue_per_s": enqueued.per_s,
             "enqueue_cpu_us": enqueued.cpu_us,
             "drain_per_s": jobs / (end - start), "cpu_ms_per_job": per_job["workers"] + per_job["database"],
             "workers_cpu_ms_per_job": per_job["workers"], "database_cpu_ms_per_job": per_job["database"],
-            "machine_cpu_ms_per_job": per_job["machine"], **drained})
+            "machine_cpu_ms_per_job": per_job["machine"], "first_job_s": first_job_s, **drained})
 
 
 def report_w1(system: str, version: str, workflows: int, done: int, window, drained: dict, steps: int = 10) -> None:

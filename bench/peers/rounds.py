@@ -18,7 +18,8 @@ its own, after a CHECKPOINT. The workloads:
   enqueuing process's CPU a job, the client's share of an enqueue), then
   drained by P worker processes (jobs per second from the first job's start to the last one's
   end, by the database's clock), with the machine's busy CPU over the drain divided by N
-  (workers and PostgreSQL together) and the largest worker's peak RSS;
+  (workers and PostgreSQL together), the largest worker's peak RSS, and the workers' start: from
+  their spawn to the first job's start (a cold start, the worker's whole start-up);
 - W2: one one-step job at a time on an idle worker: enqueued to finished by the database's
   clock, and enqueue to seen finished by a client polling every millisecond;
 - W1: ten-step workflows drained by P processes, steps per second (systems with workflows);
@@ -198,7 +199,8 @@ def w5_table(rounds, names, args, key: str = "w5") -> str:
     title = "W5" if key == "w5" else "W5 as a fresh install meets its tables (no ANALYZE before the drain)"
     lines = [f"{title}: {args.jobs} one-step jobs, {args.processes} worker processes, median of {len(rounds)} rounds",
              "", f"| system | version | jobs drained/s | share of the ceiling (per round) | vs {rival} (per round) "
-             "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s (client CPU a job) | worker peak RSS |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| CPU per job: workers + PostgreSQL (whole machine) | enqueue/s (client CPU a job) | worker peak RSS "
+             "| spawn to first job |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in names:
         drained = _median(rounds, key, name, "drain_per_s")
         share = ", ".join(f"{x:.2f}x" for x in _ratios(rounds, key, name, "drain_per_s", "ceiling")) \
@@ -210,9 +212,11 @@ def w5_table(rounds, names, args, key: str = "w5") -> str:
         enqueue_text = (f"{enqueue:.0f}" + (f" ({client:.0f} µs)" if client else "")) if enqueue else "—"
         machine = _median(rounds, key, name, "machine_cpu_ms_per_job")
         machine = f"{machine:.2f} ms" if machine else "—"
+        start = _median(rounds, key, name, "first_job_s")
+        start = f"{start:.2f} s" if start else "—"
         lines.append(f"| {name} | {_version(rounds, key, name)} | {drained:.0f} | {share} | {versus} "
                      f"| {_cpu(rounds, name, key)} ({machine}) "
-                     f"| {enqueue_text} | {f'{rss:.0f} MB' if rss else '—'} |")
+                     f"| {enqueue_text} | {f'{rss:.0f} MB' if rss else '—'} | {start} |")
     return "\n".join(lines)
 
 
