@@ -115,6 +115,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_durable": {"handlers": ["console"], "level": os.environ.get("DURABLE_LOG_LEVEL", "WARNING")}},
 }
+if os.environ.get("DURABLE_TEST_LOG_TIMES"):  # a harness's workers' log: when, which process and thread
+    LOGGING["formatters"] = {"timed": {"format": "%(asctime)s %(process)d %(threadName)s %(message)s"}}
+    LOGGING["handlers"]["console"]["formatter"] = "timed"
 if os.environ.get("DURABLE_TEST_OWN_LOGGING"):  # the worker's own handler and format (test_telemetry)
     LOGGING = {"version": 1, "disable_existing_loggers": False}
 DURABLE_LOG_FORMAT = os.environ.get("DURABLE_LOG_FORMAT", "text")

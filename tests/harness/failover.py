@@ -218,7 +218,7 @@ def main(argv=None) -> int:
                "DURABLE_TEST_DB_NAME": "durable", "DURABLE_TEST_HOSTS": f"127.0.0.1:{p1},127.0.0.1:{p2}",
                "DURABLE_LEASE_SECONDS": "5", "DURABLE_HEARTBEAT_SECONDS": "1", "DURABLE_REAPER_INTERVAL": "1",
                "DURABLE_POLL_INTERVAL": "1", "DURABLE_MAX_DELIVERIES": "5", "DURABLE_LOG_LEVEL": "INFO",
-               "PYTHONUNBUFFERED": "1", "DURABLE_TEST_LEDGER": str(workdir / "ledger.txt")}
+               "DURABLE_TEST_LOG_TIMES": "1", "PYTHONUNBUFFERED": "1", "DURABLE_TEST_LEDGER": str(workdir / "ledger.txt")}
         for key in ("DURABLE_FAULTS", "DURABLE_TEST_DIRECT_URL"):
             env.pop(key, None)
         os.environ.update(env)
@@ -380,6 +380,10 @@ def main(argv=None) -> int:
         lost = [line for line in text.splitlines() if "was lost" in line or "lost its claim" in line]
         if replaced > 0 or lost:
             violations["worker lost or replaced"] = [f"{replaced} processes replaced", *lost[:5]]
+            # How each thread met the outage and came back, to tell whose lease ran out and why.
+            told = ("Database error", "answers", "Listening", "was lost", "lost its claim", "going on", "started")
+            outage = [line[:220] for line in text.splitlines() if any(word in line for word in told)
+                      and " of tests." not in line]
         if os.environ.get("DURABLE_FAILOVER_LOG"):  # where to keep the workers' log, to read it after
             Path(os.environ["DURABLE_FAILOVER_LOG"]).write_text(text)
         total = sum(len(v) for v in violations.values())
@@ -393,6 +397,8 @@ def main(argv=None) -> int:
         for name, found in violations.items():
             for item in found[:10]:
                 print(f"VIOLATION {name}: {item}")
+        if replaced > 0 or lost:
+            print("the workers' log of the outage:", *outage[-20:], sep="\n  ")
         return 1 if total else 0
     except Skip as exc:
         print(f"failover: could not run: {exc}", file=sys.stderr)
