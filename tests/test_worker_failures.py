@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 import django_durable as durable
-from django_durable.models import Step, Timer, WorkflowRun, WorkItem
+from django_durable.models import Step, Timer, WorkflowEvent, WorkflowRun, WorkItem
 from tests.conftest import assert_settled, ledger_counts, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,6 +113,24 @@ def test_an_error_after_a_commit_is_resolved_by_reading_back(start_worker, tmp_p
         # Read back in place: the worker went on without handing the run back.
         assert "a checkpoint committed although its answer was lost" in worker.log()
         assert "released" not in worker.log()
+    assert_settled()
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_claim_whose_answer_was_lost_is_given_back_not_taken_as_a_lost_workers(start_worker, tmp_path,
+                                                                                   concurrency):
+    """The claim committed, then its answer was lost (a primary that died after its commit reached
+    the standby): the worker does not know it holds the item, so it gives the item back by its
+    token once the database answers, as never claimed. No reaper takes it as a lost worker's, and
+    no delivery is counted (with it left to its lease: 'delivery 2 of 5 after worker ... was lost')."""
+    runs = [durable.start("tests.three_steps", x=n) for n in range(3)]
+    worker = start_worker(faults=f"after_claim_commit=once:{tmp_path / 'once'}+raise", concurrency=concurrency)
+    assert worker.wait(60) == 0, worker.log()
+    assert (tmp_path / "once").exists()  # the fault fired
+    assert [durable.wait(run.pk, timeout=1) for run in runs] == [[n, n + 1, n + 2] for n in range(3)]
+    assert "gave back 1 item(s) it had claimed by a statement whose answer was lost" in worker.log(), worker.log()
+    assert "after worker" not in worker.log(), worker.log()  # no reaper's "delivery 2 of 5 after worker ... was lost"
+    assert not WorkflowEvent.objects.filter(type=WorkflowEvent.Type.WORKER_LOST).exists()
     assert_settled()
 
 

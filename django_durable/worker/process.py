@@ -105,6 +105,9 @@ class Worker:
                 try:
                     if self._unreleased:
                         self._hand_back()
+                    if given := workpool.hand_back_unanswered(self.db):
+                        logger.info("Worker %s gave back %d item(s) it had claimed by a statement whose answer "
+                                    "was lost.", self.name, given)
                     if self._run_once():
                         settle = True
                         backoff.reset()

@@ -25,7 +25,7 @@ Nothing in this package calls up into the engine or the services.
 """
 
 from ..journal import StepRecord
-from .claiming import ClaimRequest, batches, claim, claim_many, unclaim
+from .claiming import ClaimRequest, batches, claim, claim_many, hand_back_unanswered, unclaim
 from .claims import (
     Outcome,
     check_cancel,
@@ -63,7 +63,7 @@ from .wakeups import (
 __all__ = [
     "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
     "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_by_itself", "finish_branch", "finish_run",
-    "finish_runs", "fire_timers",
+    "finish_runs", "fire_timers", "hand_back_unanswered",
     "held_back", "hold_paused", "ready_branches", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",
     "retry_run", "unclaim", "wake",

@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import Error, transaction
 from django.db.models import F
 
 from .. import faults
@@ -132,13 +132,17 @@ def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_s
     tokens = [uuid.uuid4() for _ in range(k)]
     floor = None if from_start else floors.of(db, queues)
     started = time.monotonic()
-    rows = backend.of(db).claim_many(
-        ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds(), floor=floor), tokens)
-    answered = time.monotonic()
-    floors.moved(db, queues, floor, [row.place for row, _ in rows])
-    if not rows and floor is not None:  # nothing from the floor: look from the start
-        return claim_many(worker=worker, queues=queues, db=db, k=k, from_start=True)
-    return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
+    try:
+        rows = backend.of(db).claim_many(
+            ClaimParams(worker[:200], queues, db, tokens[0], lease_seconds(), floor=floor), tokens)
+        answered = time.monotonic()
+        floors.moved(db, queues, floor, [row.place for row, _ in rows])
+        if not rows and floor is not None:  # nothing from the floor: look from the start
+            return claim_many(worker=worker, queues=queues, db=db, k=k, from_start=True)
+        return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
+    except Error:
+        _unanswered.setdefault(db, []).extend(tokens)
+        raise
 
 
 def unclaim(claims: list[Claim]) -> int:
@@ -159,6 +163,34 @@ def unclaim(claims: list[Claim]) -> int:
     return held
 
 
+# The tokens of claims whose statement failed without an answer, by database. Such a statement
+# may have committed all the same (a primary that died after its commit reached the standby): its
+# items are then claimed with those tokens and their worker does not know it, renews no lease of
+# theirs, and a reaper would take them back as a lost worker's, a delivery counted. The worker
+# gives them back as never made once the database answers (hand_back_unanswered).
+_unanswered: dict[str, list[uuid.UUID]] = {}
+
+
+def hand_back_unanswered(db: str) -> int:
+    """Give back, as never made, the items claimed by statements of this process whose answer was
+    lost (their tokens kept by claimed() and claim_many()): each ready again in its place and not
+    counted as a delivery, its run pending again. Return how many were claimed so."""
+    kept = _unanswered.get(db)
+    if not kept:
+        return 0
+    tokens = kept[:]
+    with transaction.atomic(using=db):
+        items = WorkItem.objects.using(db).filter(claim_token__in=tokens, status=Status.PROCESSING)
+        runs = list(items.filter(kind=WorkItem.Kind.ADVANCE).values_list("run_id", flat=True))
+        freed = items.free(Status.PENDING, attempts=F("attempts") - 1)
+        if runs:
+            WorkflowRun.objects.using(db).filter(pk__in=runs).back_to_pending()
+    del kept[:len(tokens)]
+    if freed:
+        floors.clear()  # they are ready again in their places, before the floor
+    return freed
+
+
 _OWN_FLOOR = Place(0, "", 0)  # claimed()'s default: the claimer's floor, looked up
 
 
@@ -174,11 +206,16 @@ def claimed(db: str, request: ClaimRequest | None, send, floor: Place | None = _
     if floor is _OWN_FLOOR:
         floor = floors.of(db, request.queues)
     started = time.monotonic()
-    row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid, floor))
-    floors.moved(db, request.queues, floor, [row.place] if row is not None else [])
-    if row is None:
-        return None
-    return _claim_of(row, token, request.worker, db, started, time.monotonic())
+    try:
+        row = send(ClaimParams(request.worker[:200], request.queues, db, token, lease_seconds(), request.avoid,
+                               floor))
+        floors.moved(db, request.queues, floor, [row.place] if row is not None else [])
+        if row is None:
+            return None
+        return _claim_of(row, token, request.worker, db, started, time.monotonic())
+    except Error:
+        _unanswered.setdefault(db, []).append(token)
+        raise
 
 
 def _claim_of(row: Claimed, token, worker: str, db: str, started: float, answered: float) -> Claim:
