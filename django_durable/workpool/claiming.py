@@ -146,21 +146,28 @@ def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_s
 
 
 def unclaim(claims: list[Claim]) -> int:
-    """Give back claims taken ahead and never started (a batch's), fenced each, as if never made:
-    each item ready again in its place (its available_at unchanged) and not counted as a
-    delivery, its run pending again. Return how many were still held."""
+    """Give back claims taken ahead and never started (a batch's), fenced each by its token, as if
+    never made (_give_back). Return how many were still held."""
     if not claims:
         return 0
-    db = claims[0].db
-    held = 0
-    with transaction.atomic(using=db):
-        for claim in claims:
-            if claim.fence().free(Status.PENDING, attempts=F("attempts") - 1):
-                held += 1
-                WorkflowRun.objects.using(db).filter(pk=claim.run_id).back_to_pending()
-            claim.lost = True  # (it is not ours any more, whichever way)
-    floors.clear()  # they are ready again in their places, before the floor
+    held = _give_back(claims[0].db, [claim.token for claim in claims])
+    for claim in claims:
+        claim.lost = True  # (it is not ours any more, whichever way)
     return held
+
+
+def _give_back(db: str, tokens: list[uuid.UUID]) -> int:
+    """Free the items still claimed with `tokens` as if never claimed: each ready again in its
+    place (its available_at unchanged) and not counted as a delivery, its run pending again.
+    Return how many."""
+    with transaction.atomic(using=db):
+        items = WorkItem.objects.using(db).filter(claim_token__in=tokens, status=Status.PROCESSING)
+        runs = list(items.values_list("run_id", flat=True))
+        freed = items.free(Status.PENDING, attempts=F("attempts") - 1)
+        if runs:
+            WorkflowRun.objects.using(db).filter(pk__in=runs).back_to_pending()
+    floors.clear()  # they are ready again in their places, before the floor
+    return freed
 
 
 # The tokens of claims whose statement failed without an answer, by database. Such a statement
@@ -179,15 +186,8 @@ def hand_back_unanswered(db: str) -> int:
     if not kept:
         return 0
     tokens = kept[:]
-    with transaction.atomic(using=db):
-        items = WorkItem.objects.using(db).filter(claim_token__in=tokens, status=Status.PROCESSING)
-        runs = list(items.filter(kind=WorkItem.Kind.ADVANCE).values_list("run_id", flat=True))
-        freed = items.free(Status.PENDING, attempts=F("attempts") - 1)
-        if runs:
-            WorkflowRun.objects.using(db).filter(pk__in=runs).back_to_pending()
+    freed = _give_back(db, tokens)
     del kept[:len(tokens)]
-    if freed:
-        floors.clear()  # they are ready again in their places, before the floor
     return freed
 
 
