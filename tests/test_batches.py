@@ -31,8 +31,10 @@ def test_a_batch_claims_in_order_each_item_with_its_own_token_and_lease():
         row = rows[claim.item_id]
         assert (row.status, row.claim_token, row.claimed_by, row.attempts) == ("processing", claim.token, "w-batch", 1)
         assert row.claim_expires_at is not None
-    assert set(WorkflowRun.objects.filter(pk__in=[c.run_id for c in claims]).values_list("status", flat=True)) \
-        == {"running"}
+    # Their runs are not written: each goes from its status to its outcome, its end says who ran it.
+    assert set(WorkflowRun.objects.filter(pk__in=[c.run_id for c in claims])
+               .values_list("status", "started_at", "last_worker", "last_claimed_at")) == {("pending", None, "", None)}
+    assert not any(claim.marked for claim in claims)
     assert [c.run_id for c in claim_many(5)] == [r.pk for r in runs[3:]]  # the rest; none twice
 
 
@@ -50,8 +52,46 @@ def test_a_batch_of_completions_is_fenced_item_by_item():
                       claims[3].item_id: "completed"}
     assert taken.lost and not claims[0].lost
     status = dict(WorkflowRun.objects.filter(pk__in=[r.id for r in results]).values_list("id", "status"))
-    assert [status[c.run_id] for c in claims] == ["completed", "running", "cancelled", "completed"]
+    assert [status[c.run_id] for c in claims] == ["completed", "pending", "cancelled", "completed"]
     assert WorkflowRun.objects.get(pk=claims[3].run_id).result == '"3"'
+    # Each end wrote who claimed its run and when (the claim wrote nothing on it); the taken one nothing.
+    written = {row[0]: row[1:] for row in WorkflowRun.objects.filter(pk__in=[c.run_id for c in claims])
+               .values_list("id", "started_at", "last_worker", "last_claimed_at")}
+    for claim in (claims[0], cancelled, claims[3]):
+        assert written[claim.run_id] == (claim.db_time, "w-batch", claim.db_time)
+    assert written[taken.run_id] == (None, "", None)
+
+
+def test_a_batch_claim_whose_turn_waits_or_fails_writes_its_claim_with_that_end():
+    """The other ends of a turn claimed in a batch: a hand-back to wait moves the run from
+    pending (its claim left it so) to waiting, a failure ends it failed; each with its claim."""
+    waiting, failing = durable.start("tests.three_steps", x=1), durable.start("tests.three_steps", x=2)
+    first, second = claim_many(2)
+    assert workpool.release(first, run_status="waiting", waiting_on="a signal")
+    assert workpool.finish_run(second, status="failed", result=None, error=None) == "failed"
+    rows = {row[0]: row[1:] for row in WorkflowRun.objects.filter(pk__in=[waiting.pk, failing.pk]).values_list(
+        "id", "status", "waiting_on", "started_at", "last_worker", "last_claimed_at")}
+    assert rows[waiting.pk] == ("waiting", "a signal", first.db_time, "w-batch", first.db_time)
+    assert rows[failing.pk] == ("failed", "", second.db_time, "w-batch", second.db_time)
+
+
+def test_a_batch_claim_still_running_is_marked_running_and_one_ended_is_not():
+    """What a worker's maintenance does to the claim in flight a poll on: the run goes `running`,
+    as a claim of one writes it at once; a claim whose end committed first leaves nothing to mark."""
+    slow, ended = durable.start("tests.three_steps", x=1), durable.start("tests.three_steps", x=2)
+    in_flight, done = claim_many(2)
+    assert workpool.finish_run(done, status="completed", result="1", error=None) == "completed"
+    for claim in (in_flight, done):
+        workpool.mark_running(claim)
+    assert in_flight.marked
+    rows = {row[0]: row[1:] for row in WorkflowRun.objects.filter(pk__in=[slow.pk, ended.pk]).values_list(
+        "id", "status", "started_at", "last_worker", "last_claimed_at")}
+    assert rows[slow.pk] == ("running", in_flight.db_time, "w-batch", in_flight.db_time)
+    assert rows[ended.pk] == ("completed", done.db_time, "w-batch", done.db_time)
+    # Marked, its end writes no claim of its own again (the parameters are NULL), and ends it.
+    assert workpool.finish_run(in_flight, status="completed", result="2", error=None) == "completed"
+    assert WorkflowRun.objects.filter(pk=slow.pk).values_list("status", "started_at").get() == \
+        ("completed", in_flight.db_time)
 
 
 def test_claims_given_back_unstarted_keep_their_place_and_are_not_deliveries():
@@ -85,6 +125,54 @@ def test_a_worker_with_a_backlog_goes_to_batches_and_back_to_one_at_a_time(monke
     assert counts["claim_many items"] >= 300 and counts["claim_many"] <= counts["claim_many items"] / 4, counts
     assert counts["finish_runs items"] >= 300 and counts["finish_runs"] <= counts["finish_runs items"] / 4, counts
     assert worker._size == 1 and not worker._held and not worker._batch  # alone again once drained
+
+
+@pytest.mark.timeout(120)
+def test_a_slow_task_claimed_in_a_batch_shows_running_while_it_runs(monkeypatch):
+    """A claim taken in a batch leaves its run pending; the worker's maintenance writes it running
+    a poll after its task began, so that a slow task in a backlog of quick ones shows as running."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    from django_durable.worker import process
+    from django_durable.worker.process import Worker
+
+    monkeypatch.setattr(process, "QUICK_SECONDS", 3600.0)  # however busy the machine: batches
+    spy = Spy(monkeypatch)
+    quick = [test_tasks.record.enqueue(f"quick-{n}-{uuid.uuid4()}") for n in range(20)]
+    slow = test_tasks.held_at_gate.enqueue(f"slow-{uuid.uuid4()}")
+    seen = []  # (the run's status, its last worker, whether started) as the task ran, unmarked and then marked
+
+    def watch():
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = WorkflowRun.objects.filter(pk=slow.id).values_list("status", "last_worker", "started_at").get()
+                claimed = WorkItem.objects.filter(run_id=slow.id, status="processing").exists()
+                if claimed and (row[0], row[1], row[2] is not None) not in seen:
+                    seen.append((row[0], row[1], row[2] is not None))
+                if row[0] == "running":
+                    break
+                time.sleep(0.02)
+        finally:
+            test_tasks.GATE.set()
+            connection.close()
+
+    test_tasks.GATE.clear()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert Worker(burst=True, name="w-gated").run() == 0
+    finally:
+        test_tasks.GATE.set()
+        watcher.join()
+    assert spy.counts["claim_many items"] >= 10, spy.counts
+    # Claimed in a batch, it ran as pending at first; a poll on, it was written running.
+    assert seen == [("pending", "", False), ("running", "w-gated", True)], seen
+    assert WorkflowRun.objects.filter(pk__in=[r.id for r in [*quick, slow]], status="completed").count() == 21
+    assert_settled()
 
 
 def test_a_lone_item_goes_alone_in_one_statement(monkeypatch):

@@ -53,10 +53,23 @@ def differences(expected: dict, found: dict) -> list[str]:
     return lines
 
 
+def expected(implementation: str) -> dict:
+    """The rows `implementation` must write: the golden file's, but for a claim taken in a batch,
+    which leaves its run as it was (queries.CLAIM_MANY) while its turn goes on (claimed, steps
+    recorded) or when it is given back unstarted; the other ends of its turn write what a claim of
+    one item writes, and so agree with the file."""
+    golden = json.loads(GOLDEN.read_text())
+    if implementation == "postgres-batch":
+        for state in contract.STATES:
+            for transition in ("claim", "record_steps", "unclaim"):
+                golden[state][transition]["rows"]["run"][0].update(contract.UNCLAIMED)
+    return golden
+
+
 def _compare(found: dict, implementation: str) -> None:
-    if os.environ.get("DURABLE_UPDATE_GOLDEN"):
+    if os.environ.get("DURABLE_UPDATE_GOLDEN") and implementation != "postgres-batch":
         GOLDEN.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
-    different = differences(json.loads(GOLDEN.read_text()), found)
+    different = differences(expected(implementation), found)
     assert not different, (f"{implementation} writes other rows than the contract's (expected != written):\n"
                            + "\n".join(different))
 

@@ -48,6 +48,7 @@ def layout(request):
 
 class _Claim:
     item_id, run_id, token, db = 7, uuid.UUID(int=1), uuid.UUID(int=2), "default"
+    marked, worker, db_time = False, "w", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # a batch's claim
 
 
 def _record(key="charge", consumes=None):

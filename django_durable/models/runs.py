@@ -56,6 +56,14 @@ class IdTimeField(models.DateTimeField):
         return name, "django_durable.models.IdTimeField", args, kwargs
 
 
+def claimed_values(worker: str, claimed_at) -> dict:
+    """What a worker's claim of a run's advance writes of itself, made at `claimed_at` (a time or
+    an expression on the database's clock): every column of WorkflowRun.CLAIMED_COLUMNS (in SQL
+    queries.claimed_by). The run's start is its first claim's."""
+    return {"started_at": Coalesce(F("started_at"), claimed_at), "last_worker": worker,
+            "last_claimed_at": claimed_at}
+
+
 class WorkflowRunQuerySet(models.QuerySet):
     def filter(self, *args, **kwargs):
         """QuerySet.filter(); where runs are partitioned, a lookup by id (pk=, pk__in=) also names
@@ -128,12 +136,13 @@ class WorkflowRunQuerySet(models.QuerySet):
                       if status not in WorkflowRun.TERMINAL and status not in WorkflowRun.HELD]
         return self.filter(status__in=unfinished).filter(condition)
 
-    def mark_running(self, worker: str) -> int:
-        """These unfinished runs are being advanced by `worker` now: every column of
-        WorkflowRun.RUNNING_COLUMNS (in SQL queries.mark_running). Return how many."""
+    def mark_running(self, worker: str, claimed_at=None) -> int:
+        """These unfinished runs are being advanced by `worker` now, under a claim made at
+        `claimed_at` (default: now): every column of WorkflowRun.RUNNING_COLUMNS (in SQL
+        queries.mark_running). Return how many."""
         now = clock.db_now()
-        return self.unfinished().update(status=WorkflowRun.Status.RUNNING, started_at=Coalesce(F("started_at"), now),
-                                        updated_at=now, waiting_on="", last_worker=worker, last_claimed_at=now)
+        return self.unfinished().update(status=WorkflowRun.Status.RUNNING, updated_at=now, waiting_on="",
+                                        **claimed_values(worker, now if claimed_at is None else claimed_at))
 
     def end(self, status: str, *, result: str | None, error: str | None, **fields) -> int:
         """End these runs with `status`, writing every column of WorkflowRun.END_COLUMNS (`result`
@@ -272,6 +281,12 @@ class WorkflowRun(models.Model):
     END_COLUMNS = ("status", "result", "error", "waiting_on", "finished_at", "updated_at")
     # What a claim of a run's advance writes (WorkflowRunQuerySet.mark_running, queries.mark_running).
     RUNNING_COLUMNS = ("status", "started_at", "updated_at", "waiting_on", "last_worker", "last_claimed_at")
+    # Of those, what tells of the claim itself (claimed_values(), queries.claimed_by): a claim taken
+    # in a batch leaves its run as it was, and the end of its turn writes these (docs/internals.md).
+    CLAIMED_COLUMNS = ("started_at", "last_worker", "last_claimed_at")
+    # The statuses of a run a worker is advancing: `running`, or as it was when its claim was taken
+    # in a batch. A worker's hand-back moves only these (an operator's hold or an end stays).
+    ADVANCING = ("pending", "running", "waiting")
 
     class Meta:
         db_table = "durable_workflow_run"

@@ -120,8 +120,12 @@ class Maintenance(threading.Thread):
                 # gave up it hands back or reports itself.)
                 report_lost(claim, self.worker.name, "will record nothing of the step in progress")
             return not lost  # (renew asks nothing of a claim known lost)
-        if not claim.cancel_requested and now - self.polls.setdefault(claim.token, now) >= self.cancel_poll:
+        if (not claim.cancel_requested or not claim.marked) and now - self.polls.setdefault(claim.token, now) >= \
+                self.cancel_poll:
             self.polls[claim.token] = now
+            # A claim taken in a batch left its run as it was: still going a poll on, it is written
+            # `running`, as a claim of one is at once.
+            workpool.mark_running(claim)
             workpool.check_cancel(claim)
             return True
         return False

@@ -34,6 +34,7 @@ from .claims import (
     finish_branch,
     finish_run,
     finish_runs,
+    mark_running,
     missing_code_delay,
     note_step,
     record_steps,
@@ -64,7 +65,7 @@ __all__ = [
     "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
     "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_by_itself", "finish_branch", "finish_run",
     "finish_runs", "fire_timers", "hand_back_unanswered",
-    "held_back", "hold_paused", "ready_branches", "lease_expiry", "lease_seconds", "missing_code_delay", "next_timer_in", "note_step", "notify",
+    "held_back", "hold_paused", "ready_branches", "lease_expiry", "lease_seconds", "mark_running", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",
     "retry_run", "unclaim", "wake",
 ]

@@ -139,7 +139,9 @@ def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_s
         floors.moved(db, queues, floor, [row.place for row, _ in rows])
         if not rows and floor is not None:  # nothing from the floor: look from the start
             return claim_many(worker=worker, queues=queues, db=db, k=k, from_start=True)
-        return [_claim_of(row, token, worker, db, started, answered) for row, token in rows]
+        # A batch's claims leave their runs as they were (a branch never writes its run).
+        return [_claim_of(row, token, worker, db, started, answered, marked=row.kind != WorkItem.Kind.ADVANCE)
+                for row, token in rows]
     except Error:
         _unanswered.setdefault(db, []).extend(tokens)
         raise
@@ -218,9 +220,11 @@ def claimed(db: str, request: ClaimRequest | None, send, floor: Place | None = _
         raise
 
 
-def _claim_of(row: Claimed, token, worker: str, db: str, started: float, answered: float) -> Claim:
-    """The Claim of a claim statement's `row`, sent at `started` and answered at `answered`."""
-    result = Claim(
+def _claim_of(row: Claimed, token, worker: str, db: str, started: float, answered: float,
+              marked: bool = True) -> Claim:
+    """The Claim of a claim statement's `row`, sent at `started` and answered at `answered`
+    (`marked`: whether the statement wrote the run `running`, as a claim of one item does)."""
+    result = Claim(marked=marked,
         item_id=row.item_id, kind=row.kind, run_id=row.run_id, step_key=row.step_key, attempts=row.attempts,
         token=token, worker=worker, db=db, valid_until=valid_until(started),
         # SQLite's clock is this machine's, read after the statement: exact, not a bracket.

@@ -247,6 +247,22 @@ def renew(claim: Claim) -> bool:
     return True
 
 
+def mark_running(claim: Claim) -> None:
+    """Write `running` on the run of `claim`, an advance taken in a batch (which left its run as it
+    was) whose turn is still going after a moment, as a claim of one item writes it at once, with
+    who claimed it and when. Fenced: the item is locked first, as a journal write locks it, so an
+    end of the turn committed meanwhile leaves nothing to mark, and one coming waits for this.
+    A run a cancel or an operator ended or held meanwhile keeps its status."""
+    if claim.marked or claim.lost or claim.ending or claim.run_id is None:
+        return
+    with transaction.atomic(using=claim.db):
+        if list(claim.fence().select_for_update(no_key=True).values_list("id", flat=True)):
+            WorkflowRun.objects.using(claim.db).filter(
+                id=claim.run_id, status__in=[RunStatus.PENDING, RunStatus.WAITING]
+            ).mark_running(claim.worker[:200], claim.db_time)
+    claim.marked = True
+
+
 def check_cancel(claim: Claim) -> bool:
     """Return whether someone asked to cancel the claim's run, learning it from the database once."""
     if claim.run_id is not None and not claim.cancel_requested:
@@ -318,7 +334,7 @@ def defer_missing(claim: Claim, what: str) -> Outcome:
             return Outcome.LOST
         if claim.kind == WorkItem.Kind.ADVANCE:
             WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).back_to_pending(
-                waiting_on=f"a worker that has {what}"[:500])
+                waiting_on=f"a worker that has {what}"[:500], from_statuses=WorkflowRun.ADVANCING)
     logger.warning("Worker %s does not have %s (run %s); left for a worker that has it.",
                    claim.worker, what, claim.run_id)
     return Outcome.DEFERRED
@@ -341,7 +357,7 @@ def retry_run(claim: Claim, *, retry_at: dt.datetime, error: str, records: list[
         Step.objects.using(claim.db).filter(run_id=claim.run_id, status=Step.Status.FAILED).delete()
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(
             status=RunStatus.WAITING, attempt=F("attempt") + 1, error=error, waiting_on=waiting_on[:500],
-            updated_at=clock.db_now(),
+            updated_at=clock.db_now(), **claim.claimed_fields(),
         )
         Timer.objects.using(claim.db).create(kind=Timer.Kind.RETRY, run_id=claim.run_id, fire_at=retry_at)
     return True

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .. import clock
 from ..journal import StepRecord
 from ..models import WorkItem
+from ..models.runs import claimed_values
 from .rows import RunState
 
 Status = WorkItem.Status
@@ -38,6 +39,10 @@ class Claim:
     sent_at: float = 0.0  # ...time.monotonic() just before it was sent...
     db_time_at: float = 0.0  # ...and just after its answer came
     run: RunState | None = None  # None: the run finished (or vanished) before this claim
+    # Whether the claim wrote its run `running` (a claim of one item does). One taken in a batch
+    # leaves its run as it was: its end writes who claimed it and when (queries.claimed_by), and
+    # the worker marks it `running` if it is still running after a moment (claims.mark_running).
+    marked: bool = True
     lost: bool = field(default=False)
     reported: bool = False  # the loss was logged (once per claim)
     # Set before the statement that ends the item is sent: a heartbeat that finds the claim gone
@@ -99,6 +104,11 @@ class Claim:
         return WorkItem.objects.using(self.db).filter(
             id=self.item_id, claim_token=self.token, status=Status.PROCESSING
         )
+
+    def claimed_fields(self) -> dict:
+        """What an end of this claim's turn writes on its run of the claim itself (in SQL
+        queries.claimed_by): nothing where the claim wrote it, else who claimed the run and when."""
+        return {} if self.marked else claimed_values(self.worker[:200], self.db_time)
 
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 CLOCK_AT_SEND = True
 
 _TERMINAL = ", ".join(f"'{status}'" for status in sorted(WorkflowRun.TERMINAL))
+_ADVANCING = ", ".join(f"'{status}'" for status in WorkflowRun.ADVANCING)
 
 _COLUMN_NAMES = ", ".join(f'"{name}"' for name, _ in STEP_COLUMNS)
 _ROW = "(" + ", ".join(f"%s::{sqltype}" for _, sqltype in STEP_COLUMNS) + ")"
@@ -50,8 +51,8 @@ _ENTRY, _MESSAGE, _CHILD = (
 
 def _fill(template: str, **parts) -> str:
     """A template of queries.py with its parts in braces filled in."""
-    return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, **_journal_parts(), **run_parts(),
-                           **parts)
+    return template.format(now=clock.now_sql("postgresql"), terminal=_TERMINAL, advancing=_ADVANCING,
+                           **_journal_parts(), **run_parts(), **parts)
 
 
 # The parts that differ where the runs table is partitioned (partitioning/runs.py), by layout.
@@ -298,7 +299,7 @@ def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claim
         sql = _claim_many_sql[key] = (_fill(queries.CLAIM_MANY, pick=pick, claim_select=select,
                                             snapshot_moved=queries.SNAPSHOT_MOVED), list(pick_params))
     sql, pick_params = sql
-    values = [*_filled(pick_params, 0, floor), statements.Binary(tokens), params.worker, params.lease, params.worker]
+    values = [*_filled(pick_params, 0, floor), statements.Binary(tokens), params.worker, params.lease]
     rows = statements.in_transaction(db, [_INDEXED, _ORDERED] if floor is not None else [_INDEXED], sql, values,
                                      all_rows=True)
     rows.sort(key=_PLACE_IN_PICK)  # as picked: the UPDATE answers in the order its join read the rows
@@ -324,7 +325,8 @@ def finish_runs(endings: list[Ending]) -> dict[int, str]:
     sql = _fill(queries.FINISH_RUNS, steps=steps)
     binary = statements.Binary
     params = [binary([e.claim.item_id for e in endings]), binary([e.claim.token for e in endings]),
-              binary([e.result for e in endings]), *step_params]
+              binary([e.claim.run_id for e in endings]), binary([e.result for e in endings]), binary([_claimed_at(e.claim) for e in endings]),
+              binary([None if e.claim.marked else e.claim.worker[:200] for e in endings]), *step_params]
     ended = statements.in_transaction(db, [_INDEXED], sql, params)[0][0] or []
     return {item_id: status or UNCHANGED for item_id, status in ended}
 
@@ -398,6 +400,19 @@ def _end(item_status_sql: str | None, claim, records, timers, items=(), availabl
     return sql, params
 
 
+def _claimed_at(claim: Claim) -> dt.datetime | None:
+    """When `claim` was made, for its run's end to write (queries.claimed_by), or None where the
+    claim wrote it itself."""
+    return None if claim.marked else claim.db_time
+
+
+def _claimed_by(claim: Claim) -> list:
+    """queries.claimed_by's parameters for `claim`'s end, in its order (when, worker, when), or
+    NULLs where the claim wrote them itself."""
+    at = _claimed_at(claim)
+    return [at, None if claim.marked else claim.worker[:200], at]
+
+
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None, records: list[StepRecord],
                next_claim: ClaimParams | None = None) -> tuple[str | None, Claimed | None]:
     """The run's end by its worker (queries.FINISH_RUN, the twin of endings.record_end), fenced by
@@ -408,7 +423,7 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     """
     sql, params = _end(None, claim, records, ())
     sql += _fill(queries.FINISH_RUN)
-    params.extend([status, result, error, *given_run(claim.run_id)])
+    params.extend([status, result, error, *_claimed_by(claim), *given_run(claim.run_id)])
     fenced, final, claimed = _with_claim(claim, sql, params, queries.FINISH_RUN_OUTCOMES, next_claim,
                                          exclude=queries.FINISH_RUN_TOUCHES)
     if not fenced:
@@ -423,7 +438,7 @@ def release(claim: Claim, *, run_status: str, waiting_on: str, requeue: bool, re
     item_status = "'pending'" if requeue else "CASE WHEN wake THEN 'pending' ELSE 'completed' END"
     sql, params = _end(item_status, claim, records, timers, items)
     sql += _fill(queries.RELEASE)
-    params.extend([run_status, waiting_on, *given_run(claim.run_id)])
+    params.extend([run_status, waiting_on, *_claimed_by(claim), *given_run(claim.run_id)])
     outcomes = queries.RELEASE_OUTCOMES + ((queries.RELEASE_NOTIFY,) if notify or items else ())
     fenced, _, claimed = _with_claim(claim, sql, params, outcomes, next_claim)
     return fenced, claimed

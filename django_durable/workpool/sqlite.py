@@ -45,11 +45,12 @@ def batches(db: str, queues: list[str] | None) -> bool:
 
 
 def claim_many(params: ClaimParams, tokens: list[uuid.UUID]) -> list[tuple[Claimed, uuid.UUID]]:
-    """claim() once per token, in one transaction; (the claim, its token) each, in claim order."""
+    """claim() once per token, in one transaction, leaving the runs as they were (as
+    queries.CLAIM_MANY); (the claim, its token) each, in claim order."""
     claimed = []
     with transaction.atomic(using=params.db):
         for token in tokens:
-            row = claim(params._replace(token=token))
+            row = _claim(params._replace(token=token), mark=False)
             if row is None:
                 break
             claimed.append((row, token))
@@ -95,7 +96,7 @@ def _rated(item_id, limits, db) -> None:
         )
 
 
-def _claim(params: ClaimParams, limits=()) -> Claimed | None:
+def _claim(params: ClaimParams, limits=(), mark: bool = True) -> Claimed | None:
     db, worker = params.db, params.worker
     # Compare-and-set: the UPDATE only matches the row while it is still pending, so of two
     # workers racing for a row exactly one changes it; the other tries the next row.
@@ -121,7 +122,7 @@ def _claim(params: ClaimParams, limits=()) -> Claimed | None:
     run = None
     if run_id is not None:
         runs = WorkflowRun.objects.using(db).filter(id=run_id).unfinished()
-        if kind == WorkItem.Kind.ADVANCE:
+        if kind == WorkItem.Kind.ADVANCE and mark:
             runs.mark_running(worker)  # a branch (a step item) leaves its run waiting
         state = runs.values("workflow", "input", "attempt", "max_attempts", "deadline_at", "cancel_requested_at").first()
         if state is not None:
@@ -235,6 +236,7 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     with transaction.atomic(using=claim.db):
         if not _end(claim, None, records):
             return None, None
+        _claimed_by(claim)
         ended = endings.record_end(claim.run_id, status, db=claim.db, result=result, error=error, cancel_wins=True)
     return (ended.status if ended is not None else endings.UNCHANGED), None
 
@@ -248,10 +250,18 @@ def release(claim: Claim, *, run_status: str, waiting_on: str, requeue: bool, re
     with transaction.atomic(using=claim.db):
         if not _end(claim, item_status, records, timers, items):
             return False, None
-        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status=WorkflowRun.Status.RUNNING).update(
+        _claimed_by(claim)
+        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status__in=WorkflowRun.ADVANCING).update(
             status=run_status, waiting_on=waiting_on, updated_at=clock.db_now()
         )
     return True, None
+
+
+def _claimed_by(claim: Claim) -> None:
+    """Who claimed the run and when, written by the end of a turn whose claim left the run as it
+    was (a batch's: claim_many), in its transaction (in SQL queries.claimed_by)."""
+    if fields := claim.claimed_fields():
+        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(**fields)
 
 
 def finish_branch(claim: Claim, record: StepRecord, *, group: str, failed: bool, fail_fast: bool,

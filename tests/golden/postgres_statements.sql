@@ -181,7 +181,7 @@ SELECT (SELECT count(*) FROM written),
        (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s)
 ;
 
--- name: finish a run (21 parameters)
+-- name: finish a run (24 parameters)
 WITH fence AS (
     DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
@@ -200,7 +200,10 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
     WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -226,7 +229,7 @@ quiet AS (
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
 
--- name: finish a run and claim the next item (24 parameters)
+-- name: finish a run and claim the next item (27 parameters)
 WITH fence AS (
     DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
@@ -245,7 +248,10 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
     WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -314,7 +320,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id) AS nxt ON true;
 
--- name: hand a run back to wait, with a timer and two parallel branches (31 parameters)
+-- name: hand a run back to wait, with a timer and two parallel branches (34 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END,
@@ -353,13 +359,16 @@ timers AS (
 ),
 moved AS (
     UPDATE durable_workflow_run AS r
-    SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    WHERE r.id = (SELECT run_id FROM fence) AND r.status = 'running'
+    SET status = %s, waiting_on = %s, updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status IN ('pending', 'running', 'waiting')
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
 
--- name: hand a run back to the queue and claim the next item (7 parameters)
+-- name: hand a run back to the queue and claim the next item (10 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'pending',
@@ -376,8 +385,11 @@ WITH fence AS (
 ),
 moved AS (
     UPDATE durable_workflow_run AS r
-    SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    WHERE r.id = (SELECT run_id FROM fence) AND r.status = 'running'
+    SET status = %s, waiting_on = %s, updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
+    WHERE r.id = (SELECT run_id FROM fence) AND r.status IN ('pending', 'running', 'waiting')
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -675,7 +687,7 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
 FROM unnest(%s::text[]) AS turn (queue);
 
--- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (18 parameters)
+-- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (21 parameters)
 WITH fence AS (
     DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
@@ -689,7 +701,10 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
     WHERE r.id = (SELECT run_id FROM fence) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -919,7 +934,7 @@ SELECT count(*), max(created_at), pg_notify('durable_work', '') FROM run;
 -- name: claim several items (a batch), statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;
 
--- name: claim several items (a batch), statement 2 of 2 (4 parameters)
+-- name: claim several items (a batch), statement 2 of 2 (3 parameters)
 WITH picked AS (
     SELECT p.id, row_number() OVER () AS n FROM (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED) AS p
 ),
@@ -935,17 +950,6 @@ claimed AS (
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
               w.priority, w.available_at, w.claim_token, picked.n
-),
-run AS (
-    UPDATE durable_workflow_run AS r
-    SET status = 'running',
-        started_at = COALESCE(r.started_at, statement_timestamp()),
-        updated_at = statement_timestamp(),
-        waiting_on = '',
-        last_worker = %s,
-        last_claimed_at = statement_timestamp()
-    WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
@@ -971,7 +975,7 @@ SET LOCAL enable_seqscan TO off;
 -- name: claim several items from the claimer's floor, statement 2 of 3 (0 parameters)
 SET LOCAL enable_bitmapscan TO off;
 
--- name: claim several items from the claimer's floor, statement 3 of 3 (8 parameters)
+-- name: claim several items from the claimer's floor, statement 3 of 3 (7 parameters)
 WITH picked AS (
     SELECT p.id, row_number() OVER () AS n FROM (WITH floor_above AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND ("durable_work_item"."priority" > %s)) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED), floor_from AS (SELECT "durable_work_item"."id" AS "id", "durable_work_item"."priority" AS "priority", "durable_work_item"."available_at" AS "available_at" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused)) AND ("durable_work_item"."priority" = %s AND ("durable_work_item"."available_at", "durable_work_item"."id") >= (%s, %s))) ORDER BY 2 DESC, 3 ASC, 1 ASC LIMIT 2 FOR NO KEY UPDATE SKIP LOCKED) SELECT p.id FROM (SELECT * FROM floor_above UNION ALL SELECT * FROM floor_from) AS p ORDER BY p.priority DESC, p.available_at, p.id LIMIT 2) AS p
 ),
@@ -987,17 +991,6 @@ claimed AS (
     WHERE w.id = picked.id
     RETURNING w.id, w.kind, w.run_id, w.step_key, w.attempts, w.function, w.input, w.group, w.queue, w.claimed_by,
               w.priority, w.available_at, w.claim_token, picked.n
-),
-run AS (
-    UPDATE durable_workflow_run AS r
-    SET status = 'running',
-        started_at = COALESCE(r.started_at, statement_timestamp()),
-        updated_at = statement_timestamp(),
-        waiting_on = '',
-        last_worker = %s,
-        last_claimed_at = statement_timestamp()
-    WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE kind = 'advance')) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
-    RETURNING r.id
 )
 
 SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS db_now,
@@ -1020,14 +1013,15 @@ FROM claimed AS c LEFT JOIN durable_workflow_run AS r ON r.id = c.run_id;
 -- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 1 of 2 (0 parameters)
 SET LOCAL enable_seqscan TO off;
 
--- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 2 of 2 (38 parameters)
+-- name: finish several runs (a batch), with their last journal entries and a signal consumed, statement 2 of 2 (41 parameters)
 WITH ending AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS e (item_id, token, result)
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::uuid[], %s::text[], %s::timestamptz[], %s::varchar[])
+        AS e (item_id, token, run_id, result, claimed_at, worker)
 ),
 fence AS (
     DELETE FROM durable_work_item AS w
-    WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending))
-      AND w.claim_token = (SELECT e.token FROM ending AS e WHERE e.item_id = w.id)
+    USING ending AS e
+    WHERE w.id = ANY(ARRAY(SELECT item_id FROM ending)) AND e.item_id = w.id AND w.claim_token = e.token
     RETURNING w.id, w.run_id
 ),
 consumed AS (
@@ -1045,12 +1039,16 @@ steps AS (
 done AS (
     UPDATE durable_workflow_run AS r
     SET status = CASE WHEN r.cancel_requested_at IS NULL THEN 'completed' ELSE 'cancelled' END,
-        result = CASE WHEN r.cancel_requested_at IS NULL THEN (SELECT e.result FROM fence AS f JOIN ending AS e ON e.item_id = f.id WHERE f.run_id = r.id) END,
+        result = CASE WHEN r.cancel_requested_at IS NULL THEN e.result END,
         error = CASE WHEN r.cancel_requested_at IS NULL THEN NULL ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
-    WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, e.claimed_at),
+        last_worker = COALESCE(e.worker, r.last_worker),
+        last_claimed_at = COALESCE(e.claimed_at, r.last_claimed_at)
+    FROM ending AS e
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM fence)) AND e.run_id = r.id AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
 -- Each run's lookups by its id, one run at a time (LATERAL, kept apart by OFFSET 0): an equality

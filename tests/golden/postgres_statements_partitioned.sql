@@ -109,7 +109,7 @@ SELECT (SELECT count(*) FROM written),
        (SELECT cancel_requested_at IS NOT NULL FROM durable_workflow_run WHERE id = %s AND id_time = %s)
 ;
 
--- name: finish a run (23 parameters)
+-- name: finish a run (26 parameters)
 WITH fence AS (
     DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
@@ -128,7 +128,10 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -154,7 +157,7 @@ quiet AS (
 )
 SELECT (SELECT count(*) FROM fence), (SELECT status FROM done), (SELECT pg_notify('durable_work', '') FROM parent LIMIT 1), (SELECT pg_notify('durable_done', id::text) FROM done WHERE awaited);
 
--- name: finish a run and claim the next item (26 parameters)
+-- name: finish a run and claim the next item (29 parameters)
 WITH fence AS (
     DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
@@ -173,7 +176,10 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),
@@ -218,7 +224,7 @@ SELECT c.id, c.kind, c.run_id, c.step_key, c.attempts, statement_timestamp() AS 
        c.function, c.input AS item_input, c.group, c.priority, c.available_at
 FROM claimed AS c) AS nxt ON true;
 
--- name: hand a run back to wait, with a timer and two parallel branches (34 parameters)
+-- name: hand a run back to wait, with a timer and two parallel branches (37 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = CASE WHEN wake THEN 'pending' ELSE 'completed' END,
@@ -257,13 +263,16 @@ timers AS (
 ),
 moved AS (
     UPDATE durable_workflow_run AS r
-    SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status = 'running'
+    SET status = %s, waiting_on = %s, updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status IN ('pending', 'running', 'waiting')
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM moved), pg_notify('durable_work', '');
 
--- name: hand a run back to the queue and claim the next item (8 parameters)
+-- name: hand a run back to the queue and claim the next item (11 parameters)
 WITH fence AS (
     UPDATE durable_work_item
     SET status = 'pending',
@@ -280,8 +289,11 @@ WITH fence AS (
 ),
 moved AS (
     UPDATE durable_workflow_run AS r
-    SET status = %s, waiting_on = %s, updated_at = statement_timestamp()
-    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status = 'running'
+    SET status = %s, waiting_on = %s, updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
+    WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status IN ('pending', 'running', 'waiting')
     RETURNING 1
 ),
 picked AS (SELECT "durable_work_item"."id" AS "id" FROM "durable_work_item" WHERE ("durable_work_item"."available_at" <= (STATEMENT_TIMESTAMP()) AND "durable_work_item"."status" = ('pending') AND NOT ("durable_work_item"."queue" IN (SELECT name FROM durable_queue_control WHERE paused))) ORDER BY "durable_work_item"."priority" DESC, "durable_work_item"."available_at" ASC, 1 ASC LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
@@ -483,7 +495,7 @@ FROM claimed AS c;
 SELECT count(pg_advisory_xact_lock(1146442305, hashtext(queue)))
 FROM unnest(%s::text[]) AS turn (queue);
 
--- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (19 parameters)
+-- name: finish a run and claim the next item from a limited queue, statement 2 of 2 (22 parameters)
 WITH fence AS (
     DELETE FROM durable_work_item
     WHERE id = %s AND claim_token = %s
@@ -497,7 +509,10 @@ done AS (
         error = CASE WHEN r.cancel_requested_at IS NULL THEN %s ELSE r.error END,
         waiting_on = '',
         finished_at = statement_timestamp(),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        started_at = COALESCE(r.started_at, %s::timestamptz),
+        last_worker = COALESCE(%s::varchar, r.last_worker),
+        last_claimed_at = COALESCE(%s::timestamptz, r.last_claimed_at)
     WHERE r.id = (SELECT run_id FROM fence) AND r.id_time = %s AND r.status NOT IN ('cancelled', 'compensation_failed', 'completed', 'failed', 'timed_out')
     RETURNING r.id, r.status, r.parent_id, r.awaited
 ),

@@ -59,14 +59,20 @@ class _Times:
         return "another time"
 
 
+# The run's columns a claim writes (WorkflowRun.RUNNING_COLUMNS), as every state starts them: one
+# taken in a batch leaves them so until its turn ends (times by their names, as a snapshot shows them).
+UNCLAIMED = {"status": "pending", "started_at": None, "updated_at": "before",
+             "waiting_on": "retry of tests.contract.flow", "last_worker": "", "last_claimed_at": None}
+
+
 def _state(name: str, times: _Times):
     """Make the starting state `name`; return its run."""
     from django_durable import partitioning
     from django_durable.models import SignalMessage, Step, Timer, WorkflowRun, WorkItem
 
     run = WorkflowRun.objects.create(
-        workflow=_WORKFLOW, status="pending", input='{"args": [], "kwargs": {}}', attempt=2, max_attempts=3,
-        error=_FIRST_ERROR, queue=QUEUE, waiting_on="retry of tests.contract.flow", concurrency_key="tenant:1")
+        workflow=_WORKFLOW, status=UNCLAIMED["status"], input='{"args": [], "kwargs": {}}', attempt=2, max_attempts=3,
+        error=_FIRST_ERROR, queue=QUEUE, waiting_on=UNCLAIMED["waiting_on"], concurrency_key="tenant:1")
     WorkflowRun.objects.filter(pk=run.pk).update(updated_at=times.at("before"))
     if name == "cancel_requested":
         WorkflowRun.objects.filter(pk=run.pk).update(cancel_requested_at=times.at("cancel_requested_at"),

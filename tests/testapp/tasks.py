@@ -1,5 +1,6 @@
 """django.tasks tasks of the test suite, run by django_durable.tasks.DurableBackend."""
 
+import threading
 import time
 
 try:
@@ -88,6 +89,18 @@ def send_email(to):
 @task()
 def record(key, step="ran"):
     ledger.record(key, step)
+    return key
+
+
+# Opened by a test of the same process: held_at_gate() runs until then (a minute at most).
+GATE = threading.Event()
+
+
+@task()
+def held_at_gate(key):
+    """record(), once GATE opens: a task a test keeps running for as long as it looks at it."""
+    GATE.wait(timeout=60)
+    ledger.record(key, "ran")
     return key
 
 
