@@ -1,7 +1,8 @@
 """T46 every_implementation_the_same_row: every workpool transition writes the same whole rows,
 whichever implementation writes them (tests/harness/contract.py runs them).
 
-The SQLite pass runs ``sqlite``; the PostgreSQL pass ``postgres`` (one at a time),
+The SQLite pass runs ``sqlite`` and ``sqlite-batch`` (claim_many() and finish_runs()); the
+PostgreSQL pass ``postgres`` (one at a time),
 ``postgres-batch`` (claim_many() and finish_runs()) and ``partitioned`` (in a database of its
 own). Each implementation's snapshots must equal tests/golden/contract_rows.json, the rows every
 implementation agrees on; DURABLE_UPDATE_GOLDEN=1 writes it from the implementation that runs
@@ -59,7 +60,7 @@ def expected(implementation: str) -> dict:
     recorded) or when it is given back unstarted; the other ends of its turn write what a claim of
     one item writes, and so agree with the file."""
     golden = json.loads(GOLDEN.read_text())
-    if implementation == "postgres-batch":
+    if implementation in contract.BATCHES:
         for state in contract.STATES:
             for transition in ("claim", "record_steps", "unclaim"):
                 golden[state][transition]["rows"]["run"][0].update(contract.UNCLAIMED)
@@ -67,7 +68,7 @@ def expected(implementation: str) -> dict:
 
 
 def _compare(found: dict, implementation: str) -> None:
-    if os.environ.get("DURABLE_UPDATE_GOLDEN") and implementation != "postgres-batch":
+    if os.environ.get("DURABLE_UPDATE_GOLDEN") and implementation not in contract.BATCHES:
         GOLDEN.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
     different = differences(expected(implementation), found)
     assert not different, (f"{implementation} writes other rows than the contract's (expected != written):\n"
@@ -75,7 +76,7 @@ def _compare(found: dict, implementation: str) -> None:
 
 
 def _on_this_database():
-    return ["postgres", "postgres-batch"] if ON_POSTGRES else ["sqlite"]
+    return ["postgres", "postgres-batch"] if ON_POSTGRES else ["sqlite", "sqlite-batch"]
 
 
 @pytest.mark.parametrize("implementation", _on_this_database())

@@ -48,7 +48,10 @@ def layout(request):
 
 class _Claim:
     item_id, run_id, token, db = 7, uuid.UUID(int=1), uuid.UUID(int=2), "default"
-    marked, worker, db_time = False, "w", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # a batch's claim
+
+    @staticmethod
+    def unwritten():  # a batch's claim: its end writes who claimed the run and when
+        return "w", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _record(key="charge", consumes=None):

@@ -286,7 +286,7 @@ class WorkflowRun(models.Model):
     CLAIMED_COLUMNS = ("started_at", "last_worker", "last_claimed_at")
     # The statuses of a run a worker is advancing: `running`, or as it was when its claim was taken
     # in a batch. A worker's hand-back moves only these (an operator's hold or an end stays).
-    ADVANCING = ("pending", "running", "waiting")
+    ADVANCING = (Status.PENDING, Status.RUNNING, Status.WAITING)
 
     class Meta:
         db_table = "durable_workflow_run"

@@ -105,10 +105,15 @@ class Claim:
             id=self.item_id, claim_token=self.token, status=Status.PROCESSING
         )
 
+    def unwritten(self) -> tuple[str | None, dt.datetime | None]:
+        """(worker, when) of this claim, for the end of its turn to write on its run (in SQL
+        queries.claimed_by), or (None, None) where the claim wrote them itself."""
+        return (None, None) if self.marked else (self.worker[:200], self.db_time)
+
     def claimed_fields(self) -> dict:
-        """What an end of this claim's turn writes on its run of the claim itself (in SQL
-        queries.claimed_by): nothing where the claim wrote it, else who claimed the run and when."""
-        return {} if self.marked else claimed_values(self.worker[:200], self.db_time)
+        """The same as fields of the run's update (models.runs.claimed_values), or none."""
+        worker, at = self.unwritten()
+        return {} if worker is None else claimed_values(worker, at)
 
 
 

@@ -324,9 +324,10 @@ def finish_runs(endings: list[Ending]) -> dict[int, str]:
             step_params += [claim.run_id, *record.values]
     sql = _fill(queries.FINISH_RUNS, steps=steps)
     binary = statements.Binary
+    claims = [e.claim.unwritten() for e in endings]  # (worker, when) of each, as queries.claimed_by writes them
     params = [binary([e.claim.item_id for e in endings]), binary([e.claim.token for e in endings]),
-              binary([e.claim.run_id for e in endings]), binary([e.result for e in endings]), binary([_claimed_at(e.claim) for e in endings]),
-              binary([None if e.claim.marked else e.claim.worker[:200] for e in endings]), *step_params]
+              binary([e.claim.run_id for e in endings]), binary([e.result for e in endings]),
+              binary([at for _, at in claims]), binary([worker for worker, _ in claims]), *step_params]
     ended = statements.in_transaction(db, [_INDEXED], sql, params)[0][0] or []
     return {item_id: status or UNCHANGED for item_id, status in ended}
 
@@ -400,17 +401,10 @@ def _end(item_status_sql: str | None, claim, records, timers, items=(), availabl
     return sql, params
 
 
-def _claimed_at(claim: Claim) -> dt.datetime | None:
-    """When `claim` was made, for its run's end to write (queries.claimed_by), or None where the
-    claim wrote it itself."""
-    return None if claim.marked else claim.db_time
-
-
 def _claimed_by(claim: Claim) -> list:
-    """queries.claimed_by's parameters for `claim`'s end, in its order (when, worker, when), or
-    NULLs where the claim wrote them itself."""
-    at = _claimed_at(claim)
-    return [at, None if claim.marked else claim.worker[:200], at]
+    """queries.claimed_by's parameters for `claim`'s end, in its order (when, worker, when)."""
+    worker, at = claim.unwritten()
+    return [at, worker, at]
 
 
 def finish_run(claim: Claim, *, status: str, result: str | None, error: str | None, records: list[StepRecord],

@@ -236,8 +236,8 @@ def finish_run(claim: Claim, *, status: str, result: str | None, error: str | No
     with transaction.atomic(using=claim.db):
         if not _end(claim, None, records):
             return None, None
-        _claimed_by(claim)
-        ended = endings.record_end(claim.run_id, status, db=claim.db, result=result, error=error, cancel_wins=True)
+        ended = endings.record_end(claim.run_id, status, db=claim.db, result=result, error=error, cancel_wins=True,
+                                   **claim.claimed_fields())
     return (ended.status if ended is not None else endings.UNCHANGED), None
 
 
@@ -250,18 +250,10 @@ def release(claim: Claim, *, run_status: str, waiting_on: str, requeue: bool, re
     with transaction.atomic(using=claim.db):
         if not _end(claim, item_status, records, timers, items):
             return False, None
-        _claimed_by(claim)
         WorkflowRun.objects.using(claim.db).filter(id=claim.run_id, status__in=WorkflowRun.ADVANCING).update(
-            status=run_status, waiting_on=waiting_on, updated_at=clock.db_now()
+            status=run_status, waiting_on=waiting_on, updated_at=clock.db_now(), **claim.claimed_fields()
         )
     return True, None
-
-
-def _claimed_by(claim: Claim) -> None:
-    """Who claimed the run and when, written by the end of a turn whose claim left the run as it
-    was (a batch's: claim_many), in its transaction (in SQL queries.claimed_by)."""
-    if fields := claim.claimed_fields():
-        WorkflowRun.objects.using(claim.db).filter(id=claim.run_id).update(**fields)
 
 
 def finish_branch(claim: Claim, record: StepRecord, *, group: str, failed: bool, fail_fast: bool,

@@ -1,7 +1,7 @@
 """T46's driver: every transition of the workpool run through one implementation, the whole rows after.
 
 An implementation is a way the workpool's face reaches a database: ``sqlite``; ``postgres`` one
-claim and one end at a time; ``postgres-batch`` (claim_many(), and a completion written by
+claim and one end at a time; ``sqlite-batch`` and ``postgres-batch`` (claim_many(), and a completion written by
 finish_runs()); ``partitioned`` (PostgreSQL with the runs and the journal partitioned: run as a
 process of its own on a database made for it, see main()). Each starts from the same states (a
 run with an earlier failed attempt, its item stamped missing-code and at a fair turn, a pending
@@ -24,7 +24,8 @@ from django.db import transaction
 STATES = ("earlier_failure", "cancel_requested")
 TRANSITIONS = ("claim", "record_steps", "complete", "fail", "wait", "requeue", "retry_run", "unclaim", "pause",
                "branch_claim", "finish_branch", "finish_branch_fail_fast", "retry_branch", "pause_branch")
-IMPLEMENTATIONS = ("sqlite", "postgres", "postgres-batch", "partitioned")
+IMPLEMENTATIONS = ("sqlite", "sqlite-batch", "postgres", "postgres-batch", "partitioned")
+BATCHES = ("sqlite-batch", "postgres-batch")  # claim_many(), and a completion written by finish_runs()
 
 _WORKFLOW = "tests.contract.flow"
 # A fair queue (its items have turns, fairness.py): DURABLE_QUEUES while run_all() runs.
@@ -108,7 +109,7 @@ def _record(key: str, seq: int, times: _Times, *, status="completed", result="2"
 def _claim(implementation: str):
     from django_durable import workpool
 
-    if implementation == "postgres-batch":
+    if implementation in BATCHES:
         claims = workpool.claim_many(worker="w", queues=None, db="default", k=2)
         assert len(claims) == 1, claims
         claims[0].batch = []
