@@ -175,6 +175,61 @@ def test_a_slow_task_claimed_in_a_batch_shows_running_while_it_runs(monkeypatch)
     assert_settled()
 
 
+@pytest.mark.timeout(120)
+def test_claims_taken_ahead_of_a_slow_item_are_given_back_when_it_ends(monkeypatch):
+    """Items claimed in a batch behind one that turns out slow are given back once it ends (in
+    their places, not deliveries, idle workers told), not kept to wait for each slow one in turn
+    while other workers idle."""
+    import threading
+
+    from django_durable.worker import process
+    from django_durable.worker.process import Worker
+    from django_durable.workpool import wakeups
+
+    monkeypatch.setattr(process, "QUICK_SECONDS", 3600.0)  # quick, however busy the machine: batches
+    keys = [f"quick-{n}-{uuid.uuid4()}" for n in range(40)]
+    quick = [test_tasks.record.enqueue(key) for key in keys[:20]]
+    slow_key = f"slow-{uuid.uuid4()}"
+    slow = test_tasks.held_at_gate.enqueue(slow_key)
+    after = [test_tasks.record.enqueue(key) for key in keys[20:]]
+    held = {}  # the claims the worker held taken ahead: as the slow item began, and once it ended
+
+    class Watched(Worker):
+        def _run_once(self):
+            ahead = len(self._held)
+            ran = super()._run_once()
+            if "ended" not in held and ledger.count(slow_key, "ran"):
+                held["began"], held["ended"] = ahead - 1, len(self._held)
+            return ran
+
+    def slow_once_started():
+        if test_tasks.AT_GATE.wait(timeout=60):
+            process.QUICK_SECONDS = 0.0  # this item ends slow, whatever the clock says
+        test_tasks.GATE.set()
+
+    test_tasks.GATE.clear()
+    test_tasks.AT_GATE.clear()
+    opener = threading.Thread(target=slow_once_started)
+    opener.start()
+    notified = []  # idle workers told the items given back are ready
+    notify = wakeups.notify
+    monkeypatch.setattr(wakeups, "notify", lambda db: (notified.append(db), notify(db)))
+    try:
+        assert Watched(burst=True, name="w-ahead").run() == 0
+    finally:
+        test_tasks.GATE.set()
+        opener.join()
+    assert held["began"] > 0, held  # it ran in a batch with claims taken ahead behind it
+    assert held["ended"] == 0, held  # given back as it ended
+    assert notified, "idle workers were not told"
+    runs = [r.id for r in [*quick, slow, *after]]
+    assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == 41
+    # Given back as never claimed: each delivered once, and no worker counted lost.
+    assert not WorkflowEvent.objects.filter(run_id__in=runs, type=WorkflowEvent.Type.WORKER_LOST).exists()
+    assert all(ledger.count(key, "ran") == 1 for key in keys)
+    assert_settled()
+
+
 def test_a_lone_item_goes_alone_in_one_statement(monkeypatch):
     from django_durable.worker.process import Worker
 
@@ -187,9 +242,10 @@ def test_a_lone_item_goes_alone_in_one_statement(monkeypatch):
 
 @pytest.mark.timeout(120)
 def test_no_claim_is_left_unrun_when_batches_end_with_claims_still_taken_ahead(monkeypatch):
-    """A slow item ends the batches while claims taken ahead wait: those run one at a time and
-    claim nothing more in their ends until they are done (a chained claim each would overwrite
-    the last one, left neither run nor renewed until a reaper took it back as a lost worker's)."""
+    """A slow item ends the batches while claims taken ahead wait: those are given back and run
+    one at a time after, none left unrun (a chained claim of an end while claims are held would
+    overwrite the last one, left neither run nor renewed until a reaper took it back as a lost
+    worker's)."""
     from django_durable.worker import process
     from django_durable.worker.process import Worker
 

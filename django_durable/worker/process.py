@@ -29,8 +29,9 @@ logger = logging.getLogger("django_durable.worker")
 # The exit code of a worker process that asks its supervisor for a replacement.
 EXIT_REPLACE = 75
 
-# An item that took longer than this to run ends the worker's batches (claiming ahead pays only
-# for quick items, and an item held while a slow one runs waits out part of its lease).
+# An item that took longer than this to run ends the worker's batches, and the claims it took
+# ahead are given back: claiming ahead pays only for quick items, and one held behind slow ones
+# would wait for each of them in turn while other workers, or this worker's other processes, idle.
 QUICK_SECONDS = 0.02
 
 
@@ -230,9 +231,12 @@ class Worker:
 
     def _paced(self, claim: workpool.Claim, seconds: float) -> None:
         """After an item: go to batches when the statement that ended a quick one found another
-        ready (a backlog), back to one at a time after a slow one."""
+        ready (a backlog), back to one at a time after a slow one, giving back the claims taken
+        ahead (in their places, not deliveries) for whichever worker is free first."""
         if seconds > QUICK_SECONDS:
             self._size = 1
+            if self._held:
+                self._release_held()
         elif self._size == 1 and claim.next_claim is not None and self._most > 1 and not self._declined:
             if workpool.batches(self.db, self.queues):  # (a queue given limits at runtime stops them)
                 self._size = 2
@@ -258,7 +262,8 @@ class Worker:
             self._hand_back()  # (a fenced release: reports each claim lost)
 
     def _release_held(self) -> None:
-        """Give back, fenced, the claims taken ahead and not started (the worker is stopping)."""
+        """Give back, fenced, the claims taken ahead and not started (the worker is stopping, or an
+        item was slow)."""
         held, self._held = list(self._held), deque()
         try:
             workpool.unclaim(held)

@@ -18,7 +18,7 @@ from django.db.models import F
 from .. import faults
 from .. import queues as durable_queues
 from ..models import WorkflowRun, WorkItem
-from . import backend
+from . import backend, wakeups
 from .holds import Claim
 from .leases import lease_seconds, valid_until
 from .rows import ClaimParams, Claimed, Place
@@ -160,14 +160,15 @@ def unclaim(claims: list[Claim]) -> int:
 
 def _give_back(db: str, tokens: list[uuid.UUID]) -> int:
     """Free the items still claimed with `tokens` as if never claimed: each ready again in its
-    place (its available_at unchanged) and not counted as a delivery, its run pending again.
-    Return how many."""
+    place (its available_at unchanged) and not counted as a delivery, its run pending again; idle
+    workers are told. Return how many."""
     with transaction.atomic(using=db):
         items = WorkItem.objects.using(db).filter(claim_token__in=tokens, status=Status.PROCESSING)
         runs = list(items.values_list("run_id", flat=True))
         freed = items.free(Status.PENDING, attempts=F("attempts") - 1)
         if runs:
             WorkflowRun.objects.using(db).filter(pk__in=runs).back_to_pending()
+            wakeups.notify(db)
     floors.clear()  # they are ready again in their places, before the floor
     return freed
 

@@ -92,13 +92,16 @@ def record(key, step="ran"):
     return key
 
 
-# Opened by a test of the same process: held_at_gate() runs until then (a minute at most).
+# Opened by a test of the same process: held_at_gate() runs until then (a minute at most). AT_GATE
+# is set once one has begun.
 GATE = threading.Event()
+AT_GATE = threading.Event()
 
 
 @task()
 def held_at_gate(key):
     """record(), once GATE opens: a task a test keeps running for as long as it looks at it."""
+    AT_GATE.set()
     GATE.wait(timeout=60)
     ledger.record(key, "ran")
     return key
