@@ -124,8 +124,11 @@ class Maintenance(threading.Thread):
                 self.cancel_poll:
             self.polls[claim.token] = now
             # A claim taken in a batch left its run as it was: still going a poll on, it is written
-            # `running`, as a claim of one is at once.
+            # `running`, as a claim of one is at once; and the claims taken ahead behind it go back
+            # to the queue for whichever worker is free first.
             workpool.mark_running(claim)
+            if claim is self.worker.current_claim() and not claim.ending:
+                self.worker.give_back_ahead()
             workpool.check_cancel(claim)
             return True
         return False

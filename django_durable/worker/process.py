@@ -73,6 +73,9 @@ class Worker:
         self._size = 1
         self._most = max(1, int(conf.get("CLAIM_BATCH")))
         self._held: deque[workpool.Claim] = deque()
+        # Taken from by the main thread, given back whole by the maintenance thread when the item
+        # in flight runs long (give_back_ahead): under this lock, so that no claim is both.
+        self._held_lock = threading.Lock()
         self._batch: list[workpool.Ending] = []
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
@@ -206,14 +209,18 @@ class Worker:
     def _take(self) -> workpool.Claim | None:
         """The next claim to run: one taken ahead, the one the last end claimed, or a new claim
         (several at once in batches)."""
-        while self._held:
-            claim = self._held.popleft()
+        while True:
+            with self._held_lock:
+                claim = self._held.popleft() if self._held else None
+            if claim is None:
+                break
+            if claim.lost:  # (given back by a statement whose answer was lost: give_back_ahead)
+                continue
             if claim.valid_until - time.monotonic() > workpool.lease_seconds() / 2:
                 return claim
             # Too little of its lease left to start it: give it back, in its place, for another worker.
             self._size = 1
-            workpool.unclaim([claim, *self._held])
-            self._held.clear()
+            workpool.unclaim([claim, *self._ahead()])
         claim, self._next = self._next, None
         if claim is not None:
             return claim
@@ -225,7 +232,8 @@ class Worker:
             # A full batch means a backlog: take more next time; fewer, and the queue is nearly
             # empty: one at a time again, so that a lone item is not kept waiting for company.
             self._size = min(self._most, 2 * self._size) if len(claims) == self._size else 1
-            self._held.extend(claims[1:])
+            with self._held_lock:
+                self._held.extend(claims[1:])
             return claims[0] if claims else None
         return workpool.claim(worker=self.name, queues=self.queues, db=self.db, avoid=self._avoid())
 
@@ -264,11 +272,18 @@ class Worker:
     def _release_held(self) -> None:
         """Give back, fenced, the claims taken ahead and not started (the worker is stopping, or an
         item was slow)."""
-        held, self._held = list(self._held), deque()
+        held = self._ahead()
         try:
             workpool.unclaim(held)
         except DB_ERRORS:  # their leases run out and the reaper takes them back
             close_connection(self.db)
+
+    def _ahead(self) -> list[workpool.Claim]:
+        """The claims taken ahead, out of the worker's hands (the caller gives them back)."""
+        with self._held_lock:
+            held = list(self._held)
+            self._held.clear()
+        return held
 
     def _avoid(self) -> tuple[int, ...]:
         """The items this worker handed back for lack of their code, while a worker that has it goes first."""
@@ -399,6 +414,22 @@ class Worker:
     def current_claim(self) -> workpool.Claim | None:
         with self._current_lock:
             return self._current
+
+    def give_back_ahead(self) -> int:
+        """The item in flight has run for a while: give back the claims taken ahead behind it (in
+        their places, not deliveries, idle workers told) rather than keep them waiting for it.
+        With the database away they stay this worker's, their leases renewed; one given back by a
+        statement whose answer was lost is found lost by its renewal and never started. Return
+        how many were given back."""
+        held = self._ahead()
+        if not held:
+            return 0
+        try:
+            return workpool.unclaim(held)
+        except DB_ERRORS:
+            with self._held_lock:
+                self._held.extendleft(reversed(held))
+            raise
 
     def claims_held(self) -> list[workpool.Claim]:
         """Every claim this worker holds besides none: the one in flight, those taken ahead, those
