@@ -103,6 +103,35 @@ def test_claims_given_back_unstarted_keep_their_place_and_are_not_deliveries():
     assert [c.run_id for c in claim_many(3, worker="w-other")] == [r.pk for r in runs[1:]]
 
 
+@pytest.mark.parametrize("committed", [False, True])
+def test_claims_whose_give_back_went_unanswered_are_given_back_once_the_database_answers(monkeypatch, committed):
+    """A give-back whose statement failed (before its commit, or after it with the answer lost)
+    gives its claims up all the same, none of them to start, and keeps their tokens: once the
+    database answers they are given back as never claimed, not left to a reaper as a lost worker's."""
+    from django.db import OperationalError
+
+    from django_durable.workpool import claiming
+
+    runs = [durable.start("tests.three_steps", x=n) for n in range(3)]
+    claims = claim_many(3)
+    give_back = claiming._give_back
+
+    def unanswered(db, tokens):
+        if committed:
+            give_back(db, tokens)
+        raise OperationalError("the server closed the connection unexpectedly")
+
+    monkeypatch.setattr(claiming, "_give_back", unanswered)
+    with pytest.raises(OperationalError):
+        workpool.unclaim(claims)
+    monkeypatch.setattr(claiming, "_give_back", give_back)
+    assert all(claim.lost for claim in claims)
+    assert workpool.hand_back_unanswered("default") == (0 if committed else 3)
+    assert workpool.hand_back_unanswered("default") == 0  # (once)
+    items = {i.run_id: i for i in WorkItem.objects.filter(run_id__in=[r.pk for r in runs])}
+    assert [(items[r.pk].status, items[r.pk].attempts, items[r.pk].claim_token) for r in runs] == [("pending", 0, None)] * 3
+
+
 def test_a_worker_with_a_backlog_goes_to_batches_and_back_to_one_at_a_time(monkeypatch):
     from django_durable.worker import process
     from django_durable.worker.process import Worker

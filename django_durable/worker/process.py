@@ -214,7 +214,7 @@ class Worker:
                 claim = self._held.popleft() if self._held else None
             if claim is None:
                 break
-            if claim.lost:  # (given back by a statement whose answer was lost: give_back_ahead)
+            if claim.lost:  # (taken back meanwhile: its renewal found it gone)
                 continue
             if claim.valid_until - time.monotonic() > workpool.lease_seconds() / 2:
                 return claim
@@ -243,8 +243,7 @@ class Worker:
         ahead (in their places, not deliveries) for whichever worker is free first."""
         if seconds > QUICK_SECONDS:
             self._size = 1
-            if self._held:
-                self._release_held()
+            self._release_held()
         elif self._size == 1 and claim.next_claim is not None and self._most > 1 and not self._declined:
             if workpool.batches(self.db, self.queues):  # (a queue given limits at runtime stops them)
                 self._size = 2
@@ -270,12 +269,10 @@ class Worker:
             self._hand_back()  # (a fenced release: reports each claim lost)
 
     def _release_held(self) -> None:
-        """Give back, fenced, the claims taken ahead and not started (the worker is stopping, or an
-        item was slow)."""
-        held = self._ahead()
+        """give_back_ahead(), where the worker goes on (or stops) whether or not the database answers."""
         try:
-            workpool.unclaim(held)
-        except DB_ERRORS:  # their leases run out and the reaper takes them back
+            self.give_back_ahead()
+        except DB_ERRORS:  # (given back once it answers: workpool.hand_back_unanswered)
             close_connection(self.db)
 
     def _ahead(self) -> list[workpool.Claim]:
@@ -415,21 +412,12 @@ class Worker:
         with self._current_lock:
             return self._current
 
-    def give_back_ahead(self) -> int:
-        """The item in flight has run for a while: give back the claims taken ahead behind it (in
-        their places, not deliveries, idle workers told) rather than keep them waiting for it.
-        With the database away they stay this worker's, their leases renewed; one given back by a
-        statement whose answer was lost is found lost by its renewal and never started. Return
-        how many were given back."""
-        held = self._ahead()
-        if not held:
-            return 0
-        try:
-            return workpool.unclaim(held)
-        except DB_ERRORS:
-            with self._held_lock:
-                self._held.extendleft(reversed(held))
-            raise
+    def give_back_ahead(self) -> None:
+        """Give back, fenced, the claims taken ahead and not started (in their places, not
+        deliveries, idle workers told): the item in flight runs long or ended slow, or the worker
+        is stopping. None of them starts here after, whether or not the database answers
+        (workpool.unclaim)."""
+        workpool.unclaim(self._ahead())
 
     def claims_held(self) -> list[workpool.Claim]:
         """Every claim this worker holds besides none: the one in flight, those taken ahead, those
@@ -461,7 +449,7 @@ class Worker:
             except Exception:  # noqa: BLE001 - ending anyway; the lease covers a failed release
                 logger.exception("Worker %s could not release run %s.", self.name, claim.run_id)
         try:  # taken ahead, not started: ready at once for another worker, in their places
-            workpool.unclaim(list(self._held))
+            workpool.unclaim(self._ahead())
         except Exception:  # noqa: BLE001 - as above
             pass
         self._exit(replace)

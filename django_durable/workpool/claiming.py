@@ -149,13 +149,19 @@ def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_s
 
 def unclaim(claims: list[Claim]) -> int:
     """Give back claims taken ahead and never started (a batch's), fenced each by its token, as if
-    never made (_give_back). Return how many were still held."""
+    never made (_give_back). Return how many were still held. If the statement fails, it may have
+    committed all the same: the claims are given up either way, and their tokens kept to be given
+    back once the database answers (hand_back_unanswered), as a claim's whose answer was lost."""
     if not claims:
         return 0
-    held = _give_back(claims[0].db, [claim.token for claim in claims])
+    db, tokens = claims[0].db, [claim.token for claim in claims]
     for claim in claims:
-        claim.lost = True  # (it is not ours any more, whichever way)
-    return held
+        claim.lost = True  # (it is not ours any more, whichever way: none of them starts)
+    try:
+        return _give_back(db, tokens)
+    except Error:
+        _unanswered.setdefault(db, []).extend(tokens)
+        raise
 
 
 def _give_back(db: str, tokens: list[uuid.UUID]) -> int:
@@ -173,17 +179,19 @@ def _give_back(db: str, tokens: list[uuid.UUID]) -> int:
     return freed
 
 
-# The tokens of claims whose statement failed without an answer, by database. Such a statement
-# may have committed all the same (a primary that died after its commit reached the standby): its
-# items are then claimed with those tokens and their worker does not know it, renews no lease of
-# theirs, and a reaper would take them back as a lost worker's, a delivery counted. The worker
-# gives them back as never made once the database answers (hand_back_unanswered).
+# The tokens of claims whose statement failed without an answer, by database, and of claims whose
+# give-back failed so (unclaim). Such a statement may have committed all the same (a primary that
+# died after its commit reached the standby), or not: the items may then be claimed with those
+# tokens and their worker does not know it, renews no lease of theirs, and a reaper would take
+# them back as a lost worker's, a delivery counted. The worker gives them back as never made once
+# the database answers (hand_back_unanswered).
 _unanswered: dict[str, list[uuid.UUID]] = {}
 
 
 def hand_back_unanswered(db: str) -> int:
     """Give back, as never made, the items claimed by statements of this process whose answer was
-    lost (their tokens kept by claimed() and claim_many()): each ready again in its place and not
+    lost, or whose give-back's answer was (their tokens kept by claimed(), claim_many() and
+    unclaim()): each ready again in its place and not
     counted as a delivery, its run pending again. Return how many were claimed so."""
     kept = _unanswered.get(db)
     if not kept:
