@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.harness.hosts import Host, Network, Server, finished, host_of, in_namespaces, live_workers, ok
+from tests.harness.hosts import Host, Network, Server, finished, host_of, in_namespaces, live_workers, ok, running_on
 from tests.harness.hosts import unavailable as no_namespaces
 from tests.harness.workers import ROOT, wait_for
 
@@ -260,7 +260,6 @@ class Partition:
         alternately an atomic payment and a plain step, each until its own file exists (a second
         execution does not wait); return {run id: (kind, host, that file)}."""
         import django_durable as durable
-        from django_durable.models import WorkflowRun
 
         runs, releases = {}, {}
         for i in range(4):
@@ -274,7 +273,7 @@ class Partition:
             runs[run.pk], releases[run.pk] = "pay" if i % 2 == 0 else "block", release
             if i == 1 and then is not None:  # (after the first two)
                 then()
-        hosts = dict(WorkflowRun.objects.filter(pk__in=runs).values_list("pk", "last_worker"))
+        hosts = running_on(runs)
         placed = {pk: (kind, host_of(hosts[pk]), releases[pk]) for pk, kind in runs.items()}
         assert sorted(host for _, host, _ in placed.values()) == ["a", "a", "b", "b"], placed
         return placed
