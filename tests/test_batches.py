@@ -132,6 +132,76 @@ def test_claims_whose_give_back_went_unanswered_are_given_back_once_the_database
     assert [(items[r.pk].status, items[r.pk].attempts, items[r.pk].claim_token) for r in runs] == [("pending", 0, None)] * 3
 
 
+@pytest.mark.parametrize("answer", ["answered", "failed", "committed, answer lost"])
+def test_a_batch_written_behind_a_long_item_sends_its_signals_on_the_main_thread(monkeypatch, answer):
+    """The maintenance thread writes the completions a batch holds while an item runs long
+    (flush_behind); their signals, user code, wait for the main thread's next flush. A write that
+    failed keeps them, renewed, for that flush; one that committed with its answer lost is found
+    ended by its own end, not lost to a reaper."""
+    import threading
+
+    from django.db import OperationalError
+
+    from django_durable import signals
+    from django_durable.worker.process import Worker
+    from django_durable.workpool import postgres
+
+    runs = [durable.start("tests.three_steps", x=n) for n in range(3)]
+    claims = claim_many(3)
+    worker = Worker(name="w-behind")
+    for n, claim in enumerate(claims):
+        claim.batch = worker._batch
+        worker._batch.append(workpool.Ending(claim, f'"{n}"', [], None))
+    sent = []  # (run, the thread that sent it)
+    receiver = lambda sender, run_id, **kwargs: sent.append((run_id, threading.current_thread().name))  # noqa: E731
+    signals.run_completed.connect(receiver, weak=False)
+    write = postgres.finish_runs
+
+    def unanswered(endings):
+        if answer == "committed, answer lost":
+            write(endings)
+        raise OperationalError("the server closed the connection unexpectedly")
+
+    if answer != "answered":
+        monkeypatch.setattr(postgres, "finish_runs", unanswered)
+    failed = []
+
+    def maintenance():
+        try:
+            worker.flush_behind()
+        except OperationalError as exc:
+            failed.append(exc)
+        finally:
+            from django.db import connection
+
+            connection.close()
+
+    try:
+        behind = threading.Thread(target=maintenance, name="durable-maintenance")
+        behind.start()
+        behind.join(timeout=30)
+        status = dict(WorkflowRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "status"))
+        if answer == "answered":
+            assert not failed and set(status.values()) == {"completed"} and not sent  # written, not announced
+            assert not worker.claims_held()
+        else:
+            assert failed and len(worker._batch) == 3  # kept, and renewed meanwhile
+            assert {c.token for c in worker.claims_held()} == {c.token for c in claims}
+            assert set(status.values()) == {"completed" if answer.startswith("committed") else "pending"}
+        monkeypatch.setattr(postgres, "finish_runs", write)
+        worker._flush()
+    finally:
+        signals.run_completed.disconnect(receiver)
+    assert not len(worker._batch) and not worker.claims_held() and not worker._written
+    assert set(WorkflowRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)) == {"completed"}
+    if answer == "committed, answer lost":  # (a worker whose end's answer was lost sends no signal)
+        assert sent == []
+    else:
+        assert sorted(sent) == sorted((r.pk, threading.main_thread().name) for r in runs)
+    assert not WorkflowEvent.objects.filter(run_id__in=[r.pk for r in runs], type=WorkflowEvent.Type.WORKER_LOST).exists()
+    assert_settled()
+
+
 def test_a_worker_with_a_backlog_goes_to_batches_and_back_to_one_at_a_time(monkeypatch):
     from django_durable.worker import process
     from django_durable.worker.process import Worker
@@ -157,9 +227,11 @@ def test_a_worker_with_a_backlog_goes_to_batches_and_back_to_one_at_a_time(monke
 
 
 @pytest.mark.timeout(120)
-def test_a_slow_task_claimed_in_a_batch_shows_running_while_it_runs(monkeypatch):
+@pytest.mark.parametrize("heartbeat", [10.0, 1.0])
+def test_a_slow_task_claimed_in_a_batch_shows_running_while_it_runs(monkeypatch, settings, heartbeat):
     """A claim taken in a batch leaves its run pending; the worker's maintenance writes it running
-    a poll after its task began, so that a slow task in a backlog of quick ones shows as running."""
+    a poll after its task began, so that a slow task in a backlog of quick ones shows as running:
+    also with a heartbeat no longer than a poll, whose renewals always come before the polls."""
     import threading
     import time
 
@@ -169,6 +241,7 @@ def test_a_slow_task_claimed_in_a_batch_shows_running_while_it_runs(monkeypatch)
     from django_durable.worker.process import Worker
 
     monkeypatch.setattr(process, "QUICK_SECONDS", 3600.0)  # however busy the machine: batches
+    settings.DURABLE_HEARTBEAT_SECONDS = heartbeat
     spy = Spy(monkeypatch)
     quick = [test_tasks.record.enqueue(f"quick-{n}-{uuid.uuid4()}") for n in range(20)]
     slow = test_tasks.held_at_gate.enqueue(f"slow-{uuid.uuid4()}")
@@ -210,7 +283,8 @@ def test_claims_taken_ahead_of_a_slow_item_are_given_back(monkeypatch, when):
     """Items claimed in a batch behind one that turns out slow go back to the queue (in their
     places, not deliveries, idle workers told), not kept to wait for it while other workers idle:
     a poll after it began ("as it runs": the maintenance thread gives them back), and at the
-    latest once it ends ("when it ends": the item that ends the batches gives them back)."""
+    latest once it ends ("when it ends": the item that ends the batches gives them back). The
+    completions of the batch that ended before it are written as it runs, not after it."""
     import threading
     import time
 
@@ -246,13 +320,16 @@ def test_claims_taken_ahead_of_a_slow_item_are_given_back(monkeypatch, when):
             if when == "when it ends":
                 process.QUICK_SECONDS = 0.0  # this item ends slow, whatever the clock says
                 return
-            # (those ahead of it in the batch ran, their completions written with the batch's later)
+            # Those ahead of it in the batch ran, their completions not written yet.
+            unwritten = WorkflowRun.objects.filter(pk__in=[r.id for r in quick]).exclude(status="completed")
+            seen["unwritten"] = set(unwritten.values_list("pk", flat=True))
             claimed = WorkItem.objects.filter(status="processing", run_id__in=[r.id for r in after])
             seen["behind"] = set(claimed.values_list("id", flat=True))
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and claimed.filter(id__in=seen["behind"]).exists():
+            while time.monotonic() < deadline and (claimed.filter(id__in=seen["behind"]).exists() or unwritten.exists()):
                 time.sleep(0.05)
             seen["back"] = not claimed.filter(id__in=seen["behind"]).exists()
+            seen["written"] = not unwritten.exists()
         finally:
             test_tasks.GATE.set()
             connection.close()
@@ -272,6 +349,7 @@ def test_claims_taken_ahead_of_a_slow_item_are_given_back(monkeypatch, when):
     assert held["began"] > 0, held  # it ran in a batch with claims taken ahead behind it
     if when == "as it runs":
         assert seen["behind"] and seen["back"], seen  # back in the queue while it ran
+        assert seen["unwritten"] and seen["written"], seen  # and those before it written
     assert held["ended"] == 0, held  # none left waiting once it ended
     assert notified, "idle workers were not told"
     runs = [r.id for r in [*quick, slow, *after]]

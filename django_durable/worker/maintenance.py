@@ -106,7 +106,8 @@ class Maintenance(threading.Thread):
 
     def _beat(self, claim, now: float) -> bool:
         """Renew the lease of the claim in flight every heartbeat; between two, learn of a cancel.
-        Return whether it asked the database anything."""
+        From a poll on, the item is one that runs long (_running_long). Return whether it asked
+        the database anything."""
         if claim is None:
             self.beats.clear()
             self.polls.clear()
@@ -115,23 +116,31 @@ class Maintenance(threading.Thread):
         if now - last >= self.heartbeat:
             self.beats[claim.token] = self.polls[claim.token] = now
             lost, known = claim.lost, claim.lost or claim.ending
-            if not workpool.renew(claim) and not known:
-                # (A claim being ended is gone once its end commits: not lost; one the main thread
-                # gave up it hands back or reports itself.)
-                report_lost(claim, self.worker.name, "will record nothing of the step in progress")
+            if not workpool.renew(claim):
+                if not known:
+                    # (A claim being ended is gone once its end commits: not lost; one the main
+                    # thread gave up it hands back or reports itself.)
+                    report_lost(claim, self.worker.name, "will record nothing of the step in progress")
+            else:  # (with a heartbeat of a poll or less, the polls below never come first)
+                self._running_long(claim)
             return not lost  # (renew asks nothing of a claim known lost)
         if (not claim.cancel_requested or not claim.marked) and now - self.polls.setdefault(claim.token, now) >= \
                 self.cancel_poll:
             self.polls[claim.token] = now
-            # A claim taken in a batch left its run as it was: still going a poll on, it is written
-            # `running`, as a claim of one is at once; and the claims taken ahead behind it go back
-            # to the queue for whichever worker is free first.
-            workpool.mark_running(claim)
-            if claim is self.worker.current_claim() and not claim.ending:
-                self.worker.give_back_ahead()
+            self._running_long(claim)
             workpool.check_cancel(claim)
             return True
         return False
+
+    def _running_long(self, claim) -> None:
+        """The item in flight is still going a poll or more after it began. Claimed in a batch, it
+        left its run as it was: it is written `running`, as a claim of one is at once; the claims
+        taken ahead behind it go back to the queue for whichever worker is free first; and the
+        completions of its batch that ended before it are written."""
+        workpool.mark_running(claim)
+        if claim is self.worker.current_claim() and not claim.ending:
+            self.worker.give_back_ahead()
+            self.worker.flush_behind()
 
     def _beat_others(self, current, now: float) -> bool:
         """Renew, every heartbeat, the leases of the claims the worker holds besides the one in

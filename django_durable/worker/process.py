@@ -68,15 +68,17 @@ class Worker:
         self._declined: dict[int, float] = {}  # item id -> until when (monotonic) others go first
         self._unreleased: list[workpool.Claim] = []  # claims a database error kept us from handing back
         # Batches (PostgreSQL, with a backlog of quick items): how many to claim next (1: one at a
-        # time, each end claiming the next in its statement), the claims taken ahead, and the
-        # completions not written yet (one statement for them all, _flush).
+        # time, each end claiming the next in its statement), the claims taken ahead, the
+        # completions not written yet (one statement for them all, _flush), and those the
+        # maintenance thread wrote while an item ran long, whose signals the main thread sends.
         self._size = 1
         self._most = max(1, int(conf.get("CLAIM_BATCH")))
         self._held: deque[workpool.Claim] = deque()
         # Taken from by the main thread, given back whole by the maintenance thread when the item
         # in flight runs long (give_back_ahead): under this lock, so that no claim is both.
         self._held_lock = threading.Lock()
-        self._batch: list[workpool.Ending] = []
+        self._batch = workpool.Batch()
+        self._written: deque[tuple[workpool.Ending, str | None]] = deque()
         self._current_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -156,6 +158,10 @@ class Worker:
                 self._next = None
             maintenance.done.set()
             maintenance.join(timeout=5)
+            try:  # (a write of the maintenance thread's that ended as it stopped)
+                self._announce_written()
+            except DB_ERRORS:
+                close_connection(self.db)
             waiter.close()
             close_connection(self.db)
         logger.info("Worker %s stopped after %d item(s).", self.name, self.processed)
@@ -250,22 +256,53 @@ class Worker:
 
     def _flush(self) -> None:
         """Write the completions waiting in the batch, in one statement (workpool.finish_runs)."""
-        if not self._batch:
-            return
-        batch = list(self._batch)
+        self._announce_written()
         try:
-            finals = workpool.finish_runs(batch)
+            finals = self._write_batch(workpool.finish_runs)
         except DB_ERRORS:
             # Not written: kept, and written once the database answers, while the heartbeat
             # renews their claims (an outage is not a lost worker). A claim lost meanwhile is
             # found so by the fenced write, and its run goes again: at least once.
             close_connection(self.db)
             raise
-        self._batch = []
-        for ending, final in finals:
-            if final is None:
-                self._unreleased.append(ending.claim)
-        if self._unreleased:
+        self._hand_back_lost(finals)
+
+    def flush_behind(self) -> None:
+        """Write the completions waiting in the batch while the item in flight runs long (called
+        by the maintenance thread), so that a run that ended in a millisecond is not shown
+        unfinished, nor run again after a crash, for as long as a slow one behind it runs. What
+        follows their commit (their signals, user code) is left to the main thread (_flush); a
+        failed write leaves them for its next flush, or the next poll."""
+        self._written.extend(self._write_batch(workpool.write_endings))
+
+    def _write_batch(self, write) -> list[tuple[workpool.Ending, str | None]]:
+        """`write` the batch's completions, taken whole; kept in the batch if it fails."""
+        batch = self._batch.take()
+        if not batch:
+            return []
+        try:
+            finals = write(batch)
+        except DB_ERRORS:
+            self._batch.put_back(batch)
+            raise
+        self._batch.written(batch)
+        return finals
+
+    def _announce_written(self) -> None:
+        """What follows the commit of the completions the maintenance thread wrote (flush_behind)."""
+        if not self._written:
+            return
+        finals = []
+        while self._written:
+            finals.append(self._written.popleft())
+        workpool.announce_endings(finals)
+        self._hand_back_lost(finals)
+
+    def _hand_back_lost(self, finals: list[tuple[workpool.Ending, str | None]]) -> None:
+        """Report the completions of a batch whose claims were lost (a fenced release of each)."""
+        lost = [ending.claim for ending, final in finals if final is None]
+        if lost:
+            self._unreleased.extend(lost)
             self._hand_back()  # (a fenced release: reports each claim lost)
 
     def _release_held(self) -> None:
@@ -422,7 +459,7 @@ class Worker:
     def claims_held(self) -> list[workpool.Claim]:
         """Every claim this worker holds besides none: the one in flight, those taken ahead, those
         ended in a batch not written yet, and those to hand back (the heartbeat renews them all)."""
-        held = [*list(self._held), *(ending.claim for ending in list(self._batch)), *list(self._unreleased)]
+        held = [*list(self._held), *self._batch.claims(), *list(self._unreleased)]
         if self._next is not None:
             held.append(self._next)
         current = self.current_claim()

@@ -28,6 +28,7 @@ from ..journal import StepRecord
 from .claiming import ClaimRequest, batches, claim, claim_many, hand_back_unanswered, unclaim
 from .claims import (
     Outcome,
+    announce_endings,
     check_cancel,
     defer_missing,
     ended_by_itself,
@@ -43,8 +44,9 @@ from .claims import (
     renew,
     retry_branch,
     retry_run,
+    write_endings,
 )
-from .holds import Claim, Ending
+from .holds import Batch, Claim, Ending
 from .leases import lease_expiry, lease_seconds
 from .pending import back_to_pending, hold_paused, ready_branches
 from .reaping import PROCESS_GONE, WorkerLost, reap, release_worker
@@ -62,10 +64,10 @@ from .wakeups import (
 )
 
 __all__ = [
-    "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
-    "announce_end", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_by_itself", "finish_branch", "finish_run",
+    "NOTIFY_CHANNEL", "PROCESS_GONE", "TIMER_BATCH", "Batch", "Claim", "ClaimRequest", "Ending", "Outcome", "RunState", "StepRecord", "WorkerLost",
+    "announce_end", "announce_endings", "back_to_pending", "batches", "check_cancel", "claim", "claim_many", "defer_missing", "ended_by_itself", "finish_branch", "finish_run",
     "finish_runs", "fire_timers", "hand_back_unanswered",
     "held_back", "hold_paused", "ready_branches", "lease_expiry", "lease_seconds", "mark_running", "missing_code_delay", "next_timer_in", "note_step", "notify",
     "pending_work", "reap", "record_steps", "recorded", "release", "release_worker", "renew", "retry_branch",
-    "retry_run", "unclaim", "wake",
+    "retry_run", "unclaim", "wake", "write_endings",
 ]

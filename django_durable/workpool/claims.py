@@ -132,6 +132,14 @@ def finish_runs(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
     finish_run() writes one; return each with the status its run ended with (``cancelled`` when a
     cancel committed first, endings.UNCHANGED if it had ended before, None if its claim was lost).
     Once committed, each one's `committed()` is called and its end's signal sent."""
+    finals = write_endings(batch)
+    announce_endings(finals)
+    return finals
+
+
+def write_endings(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
+    """finish_runs() without what follows the commit (announce_endings(), which runs user code):
+    what a worker's maintenance thread writes of a batch while the item in flight runs long."""
     if not batch:
         return []
     for ending in batch:
@@ -141,18 +149,25 @@ def finish_runs(batch: list[Ending]) -> list[tuple[Ending, str | None]]:
         faults.hit("after_terminal_commit")
     finals = []
     for ending in batch:
-        claim, final = ending.claim, ended.get(ending.claim.item_id)
+        final = ended.get(ending.claim.item_id)
         if final is None:
-            claim.lost = True
-        else:
-            if ending.committed is not None:
-                ending.committed()
-            if final != endings.UNCHANGED:
-                asked = final == RunStatus.COMPLETED
-                endings.send_end(endings.Ended(claim.run_id, claim.run.workflow, final,
-                                               ending.result if asked else None, None))
+            ending.claim.lost = True
         finals.append((ending, final))
     return finals
+
+
+def announce_endings(finals: list[tuple[Ending, str | None]]) -> None:
+    """After the commit of write_endings(): each written ending's `committed()`, then its end's signal."""
+    for ending, final in finals:
+        if final is None:
+            continue
+        claim = ending.claim
+        if ending.committed is not None:
+            ending.committed()
+        if final != endings.UNCHANGED:
+            asked = final == RunStatus.COMPLETED
+            endings.send_end(endings.Ended(claim.run_id, claim.run.workflow, final,
+                                           ending.result if asked else None, None))
 
 
 def release(claim: Claim, *, run_status: str, waiting_on: str = "", records: list[StepRecord] = (),

@@ -1,4 +1,4 @@
-"""A worker's hold on a work item (Claim), and a completion waiting in a batch (Ending).
+"""A worker's hold on a work item (Claim), and a completion waiting in a batch (Ending, Batch).
 
 What a claim gives the worker and every write under it carries: the item, its token and lease,
 its run's state, and the database's clock as the claim read it. claiming.py makes them, claims.py
@@ -8,6 +8,7 @@ ends them, the backends (backend.Backend) take them.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -66,7 +67,7 @@ class Claim:
     group: str = ""
     # The batch its run's completion goes into instead of a statement of its own (finish_run);
     # the worker writes the batch with finish_runs(). None: written at once.
-    batch: list[Ending] | None = field(default=None, repr=False)
+    batch: Batch | list[Ending] | None = field(default=None, repr=False)
 
     def db_now(self) -> dt.datetime:
         """The latest the database's clock can read now, estimated without a round trip.
@@ -116,7 +117,6 @@ class Claim:
         return {} if worker is None else claimed_values(worker, at)
 
 
-
 @dataclass
 class Ending:
     """A run's completion waiting in a batch (Claim.batch): written by finish_runs()."""
@@ -125,3 +125,49 @@ class Ending:
     result: str | None
     records: list[StepRecord]
     committed: Callable[[], None] | None
+
+
+class Batch:
+    """A worker's completions not written yet (Claim.batch). The engine adds each as its run
+    completes, on the worker's main thread; they are taken whole to be written, by the main thread
+    between items or by the maintenance thread while an item runs long. Under one lock, so that no
+    completion is both written and kept, nor lost between the two; one being written still counts
+    as held (claims(): the heartbeat renews its lease until it is written)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[Ending] = []
+        self._writing: list[Ending] = []
+
+    def append(self, ending: Ending) -> None:
+        with self._lock:
+            self._waiting.append(ending)
+
+    def take(self) -> list[Ending]:
+        """Every completion waiting, in order, to be written: then written() or put_back()."""
+        with self._lock:
+            taken, self._waiting = self._waiting, []
+            self._writing.extend(taken)
+        return taken
+
+    def written(self, taken: list[Ending]) -> None:
+        with self._lock:
+            self._unwriting(taken)
+
+    def put_back(self, taken: list[Ending]) -> None:
+        """Not written (the statement failed): waiting again, ahead of any added since."""
+        with self._lock:
+            self._unwriting(taken)
+            self._waiting[:0] = taken
+
+    def _unwriting(self, taken: list[Ending]) -> None:
+        done = {id(ending) for ending in taken}
+        self._writing = [ending for ending in self._writing if id(ending) not in done]
+
+    def claims(self) -> list[Claim]:
+        """The claims of the completions waiting or being written."""
+        with self._lock:
+            return [ending.claim for ending in (*self._writing, *self._waiting)]
+
+    def __len__(self) -> int:
+        return len(self._waiting)
