@@ -77,9 +77,9 @@ def worker_completes_in_a_batch(run, env):
     """The completion waits in a batch and is written by finish_runs (on PostgreSQL FINISH_RUNS)."""
     durable.signal(run.pk, "end", "done")
     (claim,) = workpool.claim_many(worker="w", queues=None, db="default", k=2)
-    claim.batch = []
+    claim.batch = workpool.Batch()
     assert advance(claim) == "completed" and len(claim.batch) == 1
-    assert [final for _, final in workpool.finish_runs(claim.batch)] == ["completed"]
+    assert [final for _, final in workpool.finish_runs(claim.batch.take())] == ["completed"]
     return "completed"
 
 
@@ -276,9 +276,9 @@ def _task_enders():
 
     def by_worker_in_a_batch(result_id, env):
         (claim,) = workpool.claim_many(worker="w", queues=None, db="default", k=2)
-        claim.batch = []
+        claim.batch = workpool.Batch()
         advance(claim)
-        workpool.finish_runs(claim.batch)
+        workpool.finish_runs(claim.batch.take())
 
     def by_cancel(result_id, env):
         durable.cancel(result_id)

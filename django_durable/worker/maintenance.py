@@ -116,13 +116,12 @@ class Maintenance(threading.Thread):
         if now - last >= self.heartbeat:
             self.beats[claim.token] = self.polls[claim.token] = now
             lost, known = claim.lost, claim.lost or claim.ending
-            if not workpool.renew(claim):
-                if not known:
-                    # (A claim being ended is gone once its end commits: not lost; one the main
-                    # thread gave up it hands back or reports itself.)
-                    report_lost(claim, self.worker.name, "will record nothing of the step in progress")
-            else:  # (with a heartbeat of a poll or less, the polls below never come first)
-                self._running_long(claim)
+            if workpool.renew(claim):
+                self._running_long(claim)  # (with a heartbeat of a poll or less, the polls below never come first)
+            elif not known:
+                # (A claim being ended is gone once its end commits: not lost; one the main thread
+                # gave up it hands back or reports itself.)
+                report_lost(claim, self.worker.name, "will record nothing of the step in progress")
             return not lost  # (renew asks nothing of a claim known lost)
         if (not claim.cancel_requested or not claim.marked) and now - self.polls.setdefault(claim.token, now) >= \
                 self.cancel_poll:

@@ -292,9 +292,7 @@ class Worker:
         """What follows the commit of the completions the maintenance thread wrote (flush_behind)."""
         if not self._written:
             return
-        finals = []
-        while self._written:
-            finals.append(self._written.popleft())
+        finals = [self._written.popleft() for _ in range(len(self._written))]
         workpool.announce_endings(finals)
         self._hand_back_lost(finals)
 

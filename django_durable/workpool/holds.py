@@ -67,7 +67,7 @@ class Claim:
     group: str = ""
     # The batch its run's completion goes into instead of a statement of its own (finish_run);
     # the worker writes the batch with finish_runs(). None: written at once.
-    batch: Batch | list[Ending] | None = field(default=None, repr=False)
+    batch: Batch | None = field(default=None, repr=False)
 
     def db_now(self) -> dt.datetime:
         """The latest the database's clock can read now, estimated without a round trip.
@@ -170,4 +170,5 @@ class Batch:
             return [ending.claim for ending in (*self._writing, *self._waiting)]
 
     def __len__(self) -> int:
+        """How many wait to be taken."""
         return len(self._waiting)

@@ -112,7 +112,7 @@ def _claim(implementation: str):
     if implementation in BATCHES:
         claims = workpool.claim_many(worker="w", queues=None, db="default", k=2)
         assert len(claims) == 1, claims
-        claims[0].batch = []
+        claims[0].batch = workpool.Batch()
         return claims[0]
     return workpool.claim(worker="w", queues=None, db="default")
 
@@ -137,7 +137,7 @@ def _transition(name: str, implementation: str, run, times: _Times) -> str:
         final = workpool.finish_run(claim, status="completed", result='"ok"', error=None,
                                     records=[_record("b", 3, times, consumes=signal)])
         if claim.batch is not None:
-            ((_, final),) = workpool.finish_runs(claim.batch)
+            ((_, final),) = workpool.finish_runs(claim.batch.take())
         return str(final)
     if name == "fail":
         return str(workpool.finish_run(claim, status="failed", result=None, error='{"type": "Boom"}',
