@@ -41,11 +41,24 @@ def test_every_default_it_shares_is_immutable():
             assert value is None or isinstance(value, (str, int, float, bool, uuid.UUID, dt.datetime, tuple,
                                                        frozenset, DatabaseDefault, type(WorkflowRun()._state))), \
                 f"{model.__name__}.{name} defaults to a {type(value).__name__}, shared by every unsaved()"
-    # A database default is the field's get_default() at each call, as the model's constructor has
-    # it: a new object each time on Django 5.2, one the field keeps on Django 6.
+    # A database default is one object for every instance (as Django 6's fields keep it; Django
+    # 5.2's constructor makes one each time), a callable default a new value at each call.
     first, second = unsaved(WorkflowRun), unsaved(WorkflowRun)
-    assert isinstance(first.created_at, DatabaseDefault)
-    assert (first.created_at is second.created_at) == (WorkflowRun().created_at is WorkflowRun().created_at)
+    assert isinstance(first.created_at, DatabaseDefault) and first.created_at is second.created_at
+    assert first.id != second.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_sharing_a_database_default_each_save_their_own_value():
+    db = WorkflowRun.objects.db
+    first, second = unsaved(WorkflowRun, workflow="w1"), unsaved(WorkflowRun, workflow="w2")
+    first.save(using=db, force_insert=True)
+    assert isinstance(first.created_at, dt.datetime)
+    assert isinstance(second.created_at, DatabaseDefault)  # the shared default is left as it was
+    second.save(using=db, force_insert=True)
+    assert isinstance(second.created_at, dt.datetime) and second.created_at >= first.created_at
+    stored = dict(WorkflowRun.objects.filter(pk__in=[first.pk, second.pk]).values_list("workflow", "created_at"))
+    assert stored == {"w1": first.created_at, "w2": second.created_at}
 
 
 def test_an_unknown_field_is_refused():

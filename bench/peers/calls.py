@@ -1,6 +1,6 @@
 """What a job costs a worker, counted rather than timed: function calls, or instructions, a job.
 
-    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/calls.py [--jobs 2000] [--instructions]
+    DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/calls.py [--jobs 2000] [--instructions [--enqueue]]
         [--systems django-durable,django-durable-workflows,django-durable-django6,pgqueuer-asyncpg]
 
 Times move with the machine, and on cores that are slow for Python the interpreter's work is what
@@ -22,6 +22,9 @@ stays in batches only after items under 20 ms (worker.process.QUICK_SECONDS), wh
 callgrind a one-step job often is not, and the count then moved from one run to the next by a
 fifth. Under callgrind that threshold is scaled by the same fifty (QUICK_UNDER_CALLGRIND), so
 the worker takes the path it takes at full speed.
+
+With --instructions --enqueue, what is counted is the process that fills the queue instead, one
+job a commit as W5 enqueues them: the instructions a start costs the caller.
 """
 
 from __future__ import annotations
@@ -89,9 +92,11 @@ with psycopg.connect(d.URL, autocommit=True) as connection:
 """
 
 
-def _fill_and_drain(system, url: str, jobs: int, run) -> None:
+def _fill_and_drain(system, url: str, jobs: int, run, *, counted_fill=None) -> None:
     """Fill `system`'s queue with `jobs` one-step jobs, then drain it with one worker process,
-    started as run(python, worker argv) returns (the worker wrapped in a counter)."""
+    started as run(python, worker argv) returns (the worker wrapped in a counter). With
+    `counted_fill`, the fill is started as counted_fill(python, argv) returns instead, and the
+    queue is left full."""
     name, python = system[0], str(system[1])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "DURABLE_ROOT": str(ROOT), "PEERS": str(HERE)}
     if name.startswith("django-durable"):
@@ -102,6 +107,10 @@ def _fill_and_drain(system, url: str, jobs: int, run) -> None:
         env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
                    PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
         fill, worker = FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+    if counted_fill is not None:
+        subprocess.run(counted_fill(python, ["-c", fill, str(jobs)]), env=env, cwd=ROOT, check=True, timeout=3600,
+                       capture_output=True)
+        return
     subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
     subprocess.run(run(python, worker), env=env, cwd=ROOT, check=True, timeout=3600, capture_output=True)
 
@@ -127,15 +136,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def instructions(system, url: str, jobs: int) -> int:
+def instructions(system, url: str, jobs: int, *, enqueue: bool = False) -> int:
     """The machine instructions one worker process of `system` executes draining `jobs` jobs (every
-    thread, the interpreter and its C extensions; valgrind's callgrind, which runs it ~50x slower)."""
+    thread, the interpreter and its C extensions; valgrind's callgrind, which runs it ~50x slower);
+    with `enqueue`, those the process that enqueues them executes (one a commit, as W5 does)."""
     with tempfile.TemporaryDirectory() as out:
         counted = Path(out) / "callgrind.out"
         scaled = ["-c", QUICK_UNDER_CALLGRIND] if system[0].startswith("django-durable") else []
-        _fill_and_drain(system, url, jobs, lambda python, worker: ["valgrind", "--tool=callgrind",
-                                                             f"--callgrind-out-file={counted}", python,
-                                                             *scaled, *worker])
+        grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counted}"]
+        _fill_and_drain(system, url, jobs, lambda python, worker: [*grind, python, *scaled, *worker],
+                        counted_fill=(lambda python, fill: [*grind, python, *fill]) if enqueue else None)
         summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
     return int(summary.split()[1])
 
@@ -156,6 +166,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--instructions", action="store_true", help="count machine instructions (callgrind)")
+    parser.add_argument("--enqueue", action="store_true",
+                        help="with --instructions: count the enqueuing process's, an enqueue (one a commit)")
     parser.add_argument("--systems", default="django-durable,django-durable-workflows,django-durable-django6,"
                                              "pgqueuer-asyncpg")
     args = parser.parse_args()
@@ -163,13 +175,15 @@ def main() -> None:
     chosen = args.systems.split(",")
     systems = [s for s in SYSTEMS if s[0] in chosen and Path(s[1]).exists()]
     if args.instructions:
-        print("| system | instructions a job |\n| --- | --- |")
+        print(f"| system | instructions {'an enqueue' if args.enqueue else 'a job'} |\n| --- | --- |")
     else:
         print("| system | Python calls a job | C calls a job | by package (Python calls a job) |\n| --- | --- | --- | --- |")
     for system in systems:
         url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
+        if args.enqueue:  # the schema made before either count (the fill migrates a fresh database)
+            _fill_and_drain(system, url, 0, None, counted_fill=lambda python, fill: [python, *fill])
         if args.instructions:
-            before, after = instructions(system, url, 200), instructions(system, url, 200 + args.jobs)
+            before, after = (instructions(system, url, n, enqueue=args.enqueue) for n in (200, 200 + args.jobs))
             print(f"| {system[0]} | {(after - before) / args.jobs / 1000:.0f} k |", flush=True)
             continue
         before, after = drained(system, url, 200), drained(system, url, 200 + args.jobs)

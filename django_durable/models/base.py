@@ -23,8 +23,10 @@ def unsaved(model: type[models.Model], **values):
     given at its default, without Model.__init__'s work for each field (a fifth of a start's CPU).
 
     `values` are attribute names (``parent_id``, not ``parent``). The fields whose default is
-    made at each call (a callable, a database default) get a fresh one; the others share the
-    template's, all immutable (the models this serves have no mutable default: a test checks).
+    made at each call (a callable) get a fresh one; the others share the template's, all
+    immutable (the models this serves have no mutable default: a test checks). A database
+    default is one DatabaseDefault for every instance, as Django 6's fields keep it: the insert
+    resolves it into a new expression and the saved row's value replaces it.
     Where a receiver listens to the model's pre_init or post_init, it is Model.__init__.
     """
     shape = _shapes.get(model)
@@ -52,8 +54,7 @@ def _shape(model: type[models.Model]) -> tuple[dict, list, frozenset]:
     blank = model().__dict__
     blank.pop("_state")
     fields = model._meta.concrete_fields
-    made = [(field.attname, field) for field in fields
-            if (callable(field.default) if field.has_default() else field.has_db_default())]
+    made = [(field.attname, field) for field in fields if field.has_default() and callable(field.default)]
     return blank, made, frozenset(field.attname for field in fields)
 
 
