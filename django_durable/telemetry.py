@@ -23,6 +23,7 @@ import sys
 from contextlib import contextmanager
 
 from django.conf import settings
+from django.utils.log import RequireDebugFalse, RequireDebugTrue
 
 # The run (its id, as given: made text only when a record is logged), workflow and step worked on.
 _log_context: contextvars.ContextVar[tuple[object, str, str]] = contextvars.ContextVar(
@@ -171,8 +172,6 @@ def _passes(handler: logging.Handler, name: str, level: int) -> bool:
         return True
     if not handler.filters:
         return True
-    from django.utils.log import RequireDebugFalse, RequireDebugTrue
-
     for kept in handler.filters:
         kind = type(kept)
         if (kind is RequireDebugTrue and not settings.DEBUG) or (kind is RequireDebugFalse and settings.DEBUG):
