@@ -43,6 +43,12 @@ sys.path.insert(0, str(HERE))
 
 from rounds import ROOT, SYSTEMS, fresh_database  # noqa: E402
 
+# The end of a `python -c` wrapper: run the script sys.argv[0] as __main__, as `python SCRIPT` would.
+RUN_AS_MAIN = """
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(sys.argv[0])))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
 # Run a script as __main__ with every call counted (in every thread); the counts go to a JSON file
 # as the process exits: python -c COUNTER OUT SCRIPT ARGS...
 COUNTER = """
@@ -62,9 +68,7 @@ def write():
 atexit.register(write)
 threading.setprofile(hook)
 sys.setprofile(hook)
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(sys.argv[0])))
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+""" + RUN_AS_MAIN
 
 # Each system's queue filled with N one-step jobs (run in its environment: python -c FILL N).
 FILL_DURABLE = """
@@ -92,48 +96,60 @@ with psycopg.connect(d.URL, autocommit=True) as connection:
 """
 
 
-def _fill_and_drain(system, url: str, jobs: int, run, *, counted_fill=None) -> None:
-    """Fill `system`'s queue with `jobs` one-step jobs, then drain it with one worker process,
-    started as run(python, worker argv) returns (the worker wrapped in a counter). With
-    `counted_fill`, the fill is started as counted_fill(python, argv) returns instead, and the
-    queue is left full."""
+def _commands(system, url: str) -> tuple[str, dict, str, list[str]]:
+    """How `system` runs on `url`: its python, its environment, the script that fills its queue
+    (python -c FILL N) and its worker's argv (one process, draining the queue and exiting)."""
     name, python = system[0], str(system[1])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "DURABLE_ROOT": str(ROOT), "PEERS": str(HERE)}
     if name.startswith("django-durable"):
         env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench.settings",
                    WORKFLOWS="1" if "--workflows" in system[3] else "")
-        fill, worker = FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
-    else:
-        env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
-                   PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
-        fill, worker = FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
-    if counted_fill is not None:
-        subprocess.run(counted_fill(python, ["-c", fill, str(jobs)]), env=env, cwd=ROOT, check=True, timeout=3600,
-                       capture_output=True)
-        return
-    subprocess.run([python, "-c", fill, str(jobs)], env=env, cwd=ROOT, check=True)
+        return python, env, FILL_DURABLE, [str(ROOT / "manage.py"), "durable_worker", "--burst", "-c", "1", "-v", "0"]
+    env.update(PGQUEUER_URL=url.replace("postgres://", "postgresql://", 1), PYTHONPATH=str(HERE),
+               PGQUEUER_DRIVER="asyncpg" if "asyncpg" in name else "psycopg")
+    return python, env, FILL_PGQUEUER, [str(HERE / "pgqueuer_driver.py"), "worker", "--drain"]
+
+
+def _as_is(python: str, argv: list[str]) -> list[str]:
+    return [python, *argv]
+
+
+def _fill(system, url: str, jobs: int, run=_as_is) -> None:
+    """Fill `system`'s queue with `jobs` one-step jobs, one a commit, in a process started as
+    run(python, argv) returns (by default as it is)."""
+    python, env, fill, _ = _commands(system, url)
+    subprocess.run(run(python, ["-c", fill, str(jobs)]), env=env, cwd=ROOT, check=True, timeout=3600,
+                   capture_output=run is not _as_is)  # (a counter's own output kept off the table)
+
+
+def _drain(system, url: str, run) -> None:
+    """Drain `system`'s queue with one worker process, started as run(python, worker argv) returns
+    (the worker wrapped in a counter)."""
+    python, env, _, worker = _commands(system, url)
     subprocess.run(run(python, worker), env=env, cwd=ROOT, check=True, timeout=3600, capture_output=True)
 
 
 def drained(system, url: str, jobs: int) -> collections.Counter:
     """The calls of one worker process of `system` draining `jobs` jobs, by file ("<C>": C functions)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        _fill_and_drain(system, url, jobs, lambda python, worker: [python, "-c", COUNTER, out.name, *worker])
+        _fill(system, url, jobs)
+        _drain(system, url, lambda python, worker: [python, "-c", COUNTER, out.name, *worker])
         return collections.Counter(json.loads(Path(out.name).read_text()))
 
 
+# How many times slower callgrind runs a worker, about.
+CALLGRIND_SLOWDOWN = 50
+
 # django-durable's worker under callgrind, its quick-item threshold scaled as callgrind slows it:
 # python -c QUICK_UNDER_CALLGRIND manage.py durable_worker ARGS...
-QUICK_UNDER_CALLGRIND = """
-import os, runpy, sys
+QUICK_UNDER_CALLGRIND = f"""
+import runpy, sys
 import django
 sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
 django.setup()
 from django_durable.worker import process
-process.QUICK_SECONDS *= 50
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+process.QUICK_SECONDS *= {CALLGRIND_SLOWDOWN}
+""" + RUN_AS_MAIN
 
 
 def instructions(system, url: str, jobs: int, *, enqueue: bool = False) -> int:
@@ -142,10 +158,13 @@ def instructions(system, url: str, jobs: int, *, enqueue: bool = False) -> int:
     with `enqueue`, those the process that enqueues them executes (one a commit, as W5 does)."""
     with tempfile.TemporaryDirectory() as out:
         counted = Path(out) / "callgrind.out"
-        scaled = ["-c", QUICK_UNDER_CALLGRIND] if system[0].startswith("django-durable") else []
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counted}"]
-        _fill_and_drain(system, url, jobs, lambda python, worker: [*grind, python, *scaled, *worker],
-                        counted_fill=(lambda python, fill: [*grind, python, *fill]) if enqueue else None)
+        if enqueue:
+            _fill(system, url, jobs, lambda python, fill: [*grind, python, *fill])
+        else:
+            scaled = ["-c", QUICK_UNDER_CALLGRIND] if system[0].startswith("django-durable") else []
+            _fill(system, url, jobs)
+            _drain(system, url, lambda python, worker: [*grind, python, *scaled, *worker])
         summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
     return int(summary.split()[1])
 
@@ -181,7 +200,7 @@ def main() -> None:
     for system in systems:
         url = fresh_database(base, "calls_" + "".join(c if c.isalnum() else "_" for c in system[0]))
         if args.enqueue:  # the schema made before either count (the fill migrates a fresh database)
-            _fill_and_drain(system, url, 0, None, counted_fill=lambda python, fill: [python, *fill])
+            _fill(system, url, 0)
         if args.instructions:
             before, after = (instructions(system, url, n, enqueue=args.enqueue) for n in (200, 200 + args.jobs))
             print(f"| {system[0]} | {(after - before) / args.jobs / 1000:.0f} k |", flush=True)
