@@ -258,9 +258,12 @@ def test_a_binary_array_reaches_the_statement_as_a_list_would(settings, prepared
 
     settings.DURABLE_PREPARED_STATEMENTS = prepared
     sql = ("SELECT %s::bigint[], %s::uuid[], %s::text[], %s::varchar[], %s::integer[], %s::timestamptz[], "
-           "%s::uuid[], array_length(%s::text[], 1)")
+           "%s::uuid[], array_length(%s::text[], 1), %s::uuid[], %s::bigint[], %s::boolean[], %s::float8[], "
+           "%s::timestamp[], %s::timestamptz[]")
     values = [[1, 2**40], [uuid.uuid4(), None], ['{"a": "\\ \"x\""}', None, "", "é{},"], ["default"], [0, -3],
-              [dt.datetime(2026, 11, 29, 3, 0, tzinfo=dt.UTC), None], [], [None, None]]
+              [dt.datetime(2026, 11, 29, 3, 0, tzinfo=dt.UTC), None], [], [None, None],
+              [None, uuid.uuid4(), None], [-2**63, None, 2**63 - 1], [True, None], [1.5, None],  # (others' types)
+              [dt.datetime(2026, 11, 29, 3, 0)], [None, dt.datetime(2026, 11, 29, 4, 0, tzinfo=dt.timezone(dt.timedelta(hours=-5)))]]
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         expected = cursor.fetchone()
@@ -272,6 +275,32 @@ def test_a_binary_array_reaches_the_statement_as_a_list_would(settings, prepared
 
         dumper = connection.connection.adapters.get_dumper(sending.Binary, PyFormat.AUTO)
         assert dumper.format == 1, dumper
+
+
+def test_a_binary_array_is_packed_as_psycopg_packs_it():
+    """An array of uuids, strs or aware datetimes is sent as the bytes psycopg's own binary list
+    dumper sends, under the same type; one of ints as psycopg sends one of bigints (Int8)."""
+    from django.db import connection
+    from psycopg.adapt import AdaptersMap, PyFormat, Transformer
+    from psycopg.types.array import ListBinaryDumper
+    from psycopg.types.numeric import Int8
+
+    from django_durable.workpool.arrays import ArrayDumper
+
+    connection.ensure_connection()
+    at = dt.datetime(2026, 11, 30, 15, 0, 1, 5, tzinfo=dt.UTC)
+    cases = [([uuid.uuid4(), None, uuid.uuid4()], None), (["é", None, "", '{"a": 1}'], None), ([None, at], None),
+             ([7, None, -2**40], [Int8(7), None, Int8(-2**40)]), ([uuid.uuid4()] * 100, None)]
+    for values, as_psycopg in cases:
+        ours, theirs = (AdaptersMap(connection.connection.adapters) for _ in range(2))
+        ours.register_dumper(sending.Binary, ArrayDumper)
+        theirs.register_dumper(sending.Binary, ListBinaryDumper)
+        ours, theirs = Transformer(ours), Transformer(theirs)
+        mine = ours.get_dumper(sending.Binary(values), PyFormat.BINARY)
+        expected = theirs.get_dumper(sending.Binary(as_psycopg or values), PyFormat.BINARY)
+        assert not isinstance(mine, ListBinaryDumper), values  # (packed here, not handed to psycopg's)
+        assert (mine.oid, mine.dump(sending.Binary(values))) == \
+            (expected.oid, expected.dump(sending.Binary(as_psycopg or values))), values
 
 
 def _send(how: str, sql: str, params):

@@ -108,8 +108,9 @@ class Binary(list):
     of a type psycopg dumps in binary (int, str, uuid, an aware datetime) or None.
 
     psycopg sends a list in text by default, item by item in Python, quoting and escaping each (a
-    JSON result: 5 µs an item; in binary 0.2 µs). Elsewhere (a statement sent unprepared, through
-    Django's cursor) it is a list like any other, sent as text.
+    JSON result: 5 µs an item; in binary 0.2 µs); arrays.ArrayDumper packs it in one pass.
+    Elsewhere (a statement sent unprepared, through Django's cursor) it is a list like any other,
+    sent as text.
     """
 
     __slots__ = ()
@@ -127,7 +128,8 @@ def _binary_formats(raw) -> None:
     """
     import psycopg
     from psycopg.adapt import Loader
-    from psycopg.types.array import ListBinaryDumper
+
+    from django_durable.workpool.arrays import ArrayDumper
 
     class JsonbText(Loader):
         format = psycopg.pq.Format.BINARY
@@ -136,7 +138,7 @@ def _binary_formats(raw) -> None:
             return bytes(data[1:]).decode()  # after its format's version byte
 
     raw.adapters.register_loader("jsonb", JsonbText)
-    raw.adapters.register_dumper(Binary, ListBinaryDumper)
+    raw.adapters.register_dumper(Binary, ArrayDumper)
 
 
 def _idle(raw) -> bool:
