@@ -13,7 +13,7 @@ counting slows a worker down several times, so a worker's timed housekeeping (he
 counts more here than it costs at full speed: the figure is an upper bound, the same way for all.
 
 With --instructions, each drain runs under valgrind's callgrind instead, and what is counted is
-the machine instructions the worker process executes, in every thread: the interpreter, the C
+the machine instructions the worker process executes: the interpreter, the C
 extensions (asyncpg's protocol, psycopg's libpq) and the kernel's entry points aside. That is what
 a worker's CPU a job is on any core, up to how many instructions a cycle the core retires, and the
 kernel's work aside (system calls are not counted). Callgrind runs a worker some fifty times
@@ -22,6 +22,13 @@ stays in batches only after items under 20 ms (worker.process.QUICK_SECONDS), wh
 callgrind a one-step job often is not, and the count then moved from one run to the next by a
 fifth. Under callgrind that threshold is scaled by the same fifty (QUICK_UNDER_CALLGRIND), so
 the worker takes the path it takes at full speed.
+
+The count is given for the worker's main thread and for its other threads apart. The main thread
+claims, runs and ends the jobs. django-durable's other thread (the maintenance thread: heartbeats,
+polls) works by the clock, not by the job, and a drain under callgrind lasts fifty times longer:
+there it counted 34-73 k instructions a job from one run to the next, more the busier the machine,
+while the main thread's count moved by about 1 %. PGQueuer's worker has one thread (asyncio), its
+timed work in it.
 
 With --instructions --enqueue, what is counted is the process that fills the queue instead, one
 job a commit as W5 enqueues them: the instructions a start costs the caller.
@@ -152,21 +159,29 @@ process.QUICK_SECONDS *= {CALLGRIND_SLOWDOWN}
 """ + RUN_AS_MAIN
 
 
-def instructions(system, url: str, jobs: int, *, enqueue: bool = False) -> int:
-    """The machine instructions one worker process of `system` executes draining `jobs` jobs (every
-    thread, the interpreter and its C extensions; valgrind's callgrind, which runs it ~50x slower);
-    with `enqueue`, those the process that enqueues them executes (one a commit, as W5 does)."""
+def instructions(system, url: str, jobs: int, *, enqueue: bool = False) -> tuple[int, int]:
+    """The machine instructions one worker process of `system` executes draining `jobs` jobs, as
+    (its main thread's, its other threads'): the interpreter and its C extensions, under valgrind's
+    callgrind, which runs it ~50x slower. With `enqueue`, those of the process that enqueues them
+    (one a commit, as W5 does)."""
     with tempfile.TemporaryDirectory() as out:
         counted = Path(out) / "callgrind.out"
-        grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counted}"]
+        grind = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={counted}"]
         if enqueue:
             _fill(system, url, jobs, lambda python, fill: [*grind, python, *fill])
         else:
             scaled = ["-c", QUICK_UNDER_CALLGRIND] if system[0].startswith("django-durable") else []
             _fill(system, url, jobs)
             _drain(system, url, lambda python, worker: [*grind, python, *scaled, *worker])
-        summary = next(line for line in counted.read_text().splitlines() if line.startswith("summary:"))
-    return int(summary.split()[1])
+        # One file a thread, callgrind.out-01 (the main thread), -02, ...
+        threads = [_summary(path) for path in sorted(Path(out).glob("callgrind.out-*"))]
+    return threads[0], sum(threads[1:])
+
+
+def _summary(path: Path) -> int:
+    """The instructions one of callgrind's files counts."""
+    line = next(line for line in path.read_text().splitlines() if line.startswith(("summary:", "totals:")))
+    return int(line.split()[1])
 
 
 def where(filename: str) -> str:
@@ -194,7 +209,8 @@ def main() -> None:
     chosen = args.systems.split(",")
     systems = [s for s in SYSTEMS if s[0] in chosen and Path(s[1]).exists()]
     if args.instructions:
-        print(f"| system | instructions {'an enqueue' if args.enqueue else 'a job'} |\n| --- | --- |")
+        what = "an enqueue" if args.enqueue else "a job"
+        print(f"| system | instructions {what}, main thread | other threads |\n| --- | --- | --- |")
     else:
         print("| system | Python calls a job | C calls a job | by package (Python calls a job) |\n| --- | --- | --- | --- |")
     for system in systems:
@@ -203,7 +219,8 @@ def main() -> None:
             _fill(system, url, 0)
         if args.instructions:
             before, after = (instructions(system, url, n, enqueue=args.enqueue) for n in (200, 200 + args.jobs))
-            print(f"| {system[0]} | {(after - before) / args.jobs / 1000:.0f} k |", flush=True)
+            main, others = ((a - b) / args.jobs / 1000 for a, b in zip(after, before))
+            print(f"| {system[0]} | {main:.0f} k | {others:.0f} k |", flush=True)
             continue
         before, after = drained(system, url, 200), drained(system, url, 200 + args.jobs)
         groups: collections.Counter = collections.Counter()
