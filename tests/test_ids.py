@@ -64,3 +64,21 @@ def test_only_a_parent_made_before_the_cutoff_looks_for_a_child_under_its_old_id
     assert ids.legacy_child_of(at(ids.LEGACY_CHILDREN_BEFORE), "later") is None
     legacy_parent = uuid.uuid5(old, "a")  # a child of the old builds, itself a parent
     assert ids.legacy_child_of(legacy_parent, "b") == uuid.uuid5(legacy_parent, "b")
+
+
+def test_claim_tokens_are_random_uuid4s_that_behave_as_uuid4s_do():
+    """random_uuids() makes its UUIDs without UUID.__init__: each is still a version 4 UUID equal to,
+    hashing as, printing and pickling as the UUID its text gives, and none repeats."""
+    import pickle
+
+    made = ids.random_uuids(500) + ids.random_uuids(1)
+    assert len(set(made)) == len(made) == 501
+    for token in made[:50] + made[-1:]:
+        again = uuid.UUID(str(token))
+        assert (token.version, token.variant, token.is_safe) == (4, uuid.RFC_4122, uuid.SafeUUID.unknown)
+        assert token == again and hash(token) == hash(again) and repr(token) == repr(again)
+        assert token.bytes == again.bytes and pickle.loads(pickle.dumps(token)) == token
+    bits = [token.int for token in made]  # the other 122 bits random: each set in some, clear in some
+    free = [bit for bit in range(128) if ~((0xF000 << 64) | (0xC000 << 48)) >> bit & 1]
+    assert len(free) == 122
+    assert all(0 < sum(n >> bit & 1 for n in bits) < len(bits) for bit in free)

@@ -132,7 +132,7 @@ class _Covered:
             ends = [t for t in (step_at, run_at) if t is not None]
             claim.step_deadline = min(ends + ([outer_deadline] if outer_deadline is not None else []))
         claim.step_active = self.cancellable and (outer_active if outer_active is not None else True)
-        self.in_main = threading.current_thread() is threading.main_thread()
+        self.in_main = threading.get_ident() == threading.main_thread().ident  # (a call less than current_thread())
         if not self.in_main:
             return
         if ends and not _permanent and not _installed:

@@ -16,6 +16,7 @@ from django.db import Error, transaction
 from django.db.models import F
 
 from .. import faults
+from ..ids import random_uuids
 from .. import queues as durable_queues
 from ..models import WorkflowRun, WorkItem
 from . import backend, wakeups
@@ -129,7 +130,7 @@ def claim_many(*, worker: str, queues: list[str] | None, db: str, k: int, from_s
     with its own token and lease, as claim() would one after the other."""
     if not from_start:
         durable_queues.refresh(db)  # (see claimed())
-    tokens = [uuid.uuid4() for _ in range(k)]
+    tokens = random_uuids(k)
     floor = None if from_start else floors.of(db, queues)
     started = time.monotonic()
     try:
@@ -213,7 +214,7 @@ def claimed(db: str, request: ClaimRequest | None, send, floor: Place | None = _
         send(None)
         return None
     durable_queues.refresh(db)  # limits set at runtime (at most once a second)
-    token = uuid.uuid4()
+    token = random_uuids(1)[0]
     if floor is _OWN_FLOOR:
         floor = floors.of(db, request.queues)
     started = time.monotonic()
