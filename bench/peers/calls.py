@@ -26,7 +26,7 @@ the worker takes the path it takes at full speed.
 The count is given for the worker's main thread and for its other threads apart. The main thread
 claims, runs and ends the jobs. django-durable's other thread (the maintenance thread: heartbeats,
 polls) works by the clock, not by the job, and a drain under callgrind lasts fifty times longer:
-there it counted 34-73 k instructions a job from one run to the next, more the busier the machine,
+there it counted 32-85 k instructions a job from one run to the next, more the busier the machine,
 while the main thread's count moved by about 1 %. PGQueuer's worker has one thread (asyncio), its
 timed work in it.
 
