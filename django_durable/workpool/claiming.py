@@ -16,8 +16,8 @@ from django.db import Error, transaction
 from django.db.models import F
 
 from .. import faults
-from ..ids import random_uuids
 from .. import queues as durable_queues
+from ..ids import random_uuids
 from ..models import WorkflowRun, WorkItem
 from . import backend, wakeups
 from .holds import Claim
