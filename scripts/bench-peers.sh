@@ -8,16 +8,20 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 python=$(scripts/newest-python.sh) || exit 1
 
-peer() {  # peer NAME PACKAGE...
+peer() {  # [PEER_PYTHON=...] peer NAME PACKAGE...
   local venv="bench/.venvs/$1"
   shift
   if [ ! -x "$venv/bin/python" ]; then
-    "$python" -m venv "$venv" || return 1
+    "${PEER_PYTHON:-$python}" -m venv "$venv" || return 1
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" || { echo "could not install $*" >&2; return 1; }
 }
 peer ox "django>=6,<6.2" "django-ox==1.9.*" "psycopg[binary]>=3.2" || exit 1
 peer pgqueuer "pgqueuer==1.6.*" "psycopg[binary]>=3.2" "psycopg-pool>=3.2" "asyncpg>=0.30" || exit 1
+# PGQueuer once more on this checkout's own Python (.venv's), where the django-durable rows without a
+# suffix run: the two compared on one interpreter (bench/peers/calls.py counts them so).
+PEER_PYTHON=.venv/bin/python peer pgqueuer-same-python "pgqueuer==1.6.*" "psycopg[binary]>=3.2" \
+  "psycopg-pool>=3.2" "asyncpg>=0.30" || exit 1
 peer procrastinate "procrastinate==3.10.*" "psycopg[binary]>=3.2" || exit 1
 peer tasks-db "django>=6,<6.2" "django-tasks-db==0.13.*" "psycopg[binary]>=3.2" || exit 1
 peer dbos "dbos==3.4.*" "psycopg[binary]>=3.2" || exit 1

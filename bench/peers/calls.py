@@ -1,7 +1,8 @@
 """What a job costs a worker, counted rather than timed: function calls, or instructions, a job.
 
     DATABASE_URL=postgres://.../any .venv/bin/python bench/peers/calls.py [--jobs 2000] [--instructions [--enqueue]]
-        [--systems django-durable,django-durable-workflows,django-durable-django6,pgqueuer-asyncpg]
+        [--systems django-durable,django-durable-workflows,django-durable-django6,pgqueuer-asyncpg,
+                   pgqueuer-asyncpg-same-python]
 
 Times move with the machine, and on cores that are slow for Python the interpreter's work is what
 a worker's CPU a job follows. So each system's worker is run twice as one process draining a
@@ -203,7 +204,7 @@ def main() -> None:
     parser.add_argument("--enqueue", action="store_true",
                         help="with --instructions: count the enqueuing process's, an enqueue (one a commit)")
     parser.add_argument("--systems", default="django-durable,django-durable-workflows,django-durable-django6,"
-                                             "pgqueuer-asyncpg")
+                                             "pgqueuer-asyncpg,pgqueuer-asyncpg-same-python")
     args = parser.parse_args()
     base = os.environ["DATABASE_URL"]
     chosen = args.systems.split(",")

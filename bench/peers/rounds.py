@@ -8,7 +8,7 @@ Each round runs every workload on every system that has it, one after the other 
 server: the raw SKIP LOCKED ceiling (one statement a row in autocommit, and beside it the
 four-round-trip loop earlier figures used), django-durable (tasks, and one-step workflows in W5;
 and W5's tasks once more in a Django 6 project on the peers' Python), and each peer whose
-virtual environment exists under bench/.venvs/ (made by scripts/bench-peers.sh): django-ox, PGQueuer (psycopg's driver, and asyncpg's), Procrastinate,
+virtual environment exists under bench/.venvs/ (made by scripts/bench-peers.sh): django-ox, PGQueuer (psycopg's driver, and asyncpg's, and asyncpg's once more on .venv's Python), Procrastinate,
 django-tasks-db, DBOS, Oban for Python, django-absurd; each round starts with the next system in that list. Every run gets a fresh database of
 its own, after a CHECKPOINT. The workloads:
 
@@ -63,6 +63,9 @@ SYSTEMS = [  # (name, python, driver, extra arguments, URL style, workloads)
     ("pgqueuer", VENVS / "pgqueuer/bin/python", "pgqueuer_driver.py", [], "postgresql", {"w5"}),
     ("pgqueuer-asyncpg", VENVS / "pgqueuer/bin/python", "pgqueuer_driver.py", ["--driver", "asyncpg"], "postgresql",
      {"w5", "w2"}),
+    # The same on .venv's Python, the django-durable rows': the two compared on one interpreter.
+    ("pgqueuer-asyncpg-same-python", VENVS / "pgqueuer-same-python/bin/python", "pgqueuer_driver.py",
+     ["--driver", "asyncpg"], "postgresql", {"w5"}),
     ("procrastinate", VENVS / "procrastinate/bin/python", "procrastinate_driver.py", [], "postgresql", {"w5", "w2"}),
     ("django-tasks-db", VENVS / "tasks-db/bin/python", "tasksdb_driver.py", [], "postgresql", {"w5", "w2"}),
     ("dbos", VENVS / "dbos/bin/python", "dbos_driver.py", [], "postgresql", {"w5", "w2", "w1", "w3"}),
