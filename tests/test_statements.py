@@ -270,11 +270,14 @@ def test_a_binary_array_reaches_the_statement_as_a_list_would(settings, prepared
     for _ in range(3):  # prepared from its second use
         row, count = sending.execute("default", sql, [sending.Binary(value) for value in values])
         assert (row, count) == (expected, 1)
-    if prepared:  # where prepared, the arrays went in binary (psycopg's binary dumper for Binary)
+    if prepared:  # where prepared, the arrays went in binary, packed by the project's own dumper
         from psycopg.adapt import PyFormat
+
+        from django_durable.workpool.arrays import ArrayDumper
 
         dumper = connection.connection.adapters.get_dumper(sending.Binary, PyFormat.AUTO)
         assert dumper.format == 1, dumper
+        assert dumper is ArrayDumper, dumper
 
 
 def test_a_binary_array_is_packed_as_psycopg_packs_it():

@@ -51,25 +51,24 @@ class ArrayDumper(Dumper):
         self.general: ListBinaryDumper | None = None
 
     def get_key(self, obj: list[Any], format: PyFormat) -> DumperKey:
-        kind = _kind(obj)
-        if kind is None:
+        first = _first(obj)
+        if first is None:
             return self._general().get_key(obj, format)
-        return self.cls, kind, ArrayDumper  # (psycopg's keys for a list have at most two parts)
+        return self.cls, type(first), ArrayDumper  # (psycopg's keys for a list have at most two parts)
 
     def upgrade(self, obj: list[Any], format: PyFormat) -> Dumper:
-        kind = _kind(obj)
-        if kind is uuid.UUID:
+        first = _first(obj)
+        if type(first) is uuid.UUID:
             return _Uuids(self.cls, self.context)
-        if kind is int:
+        if type(first) is int:
             return _Bigints(self.cls, self.context)
-        if kind is not None:
-            first = next(item for item in obj if item is not None)
+        if first is not None:
             item_dumper = Transformer.from_context(self.context).get_dumper(first, PyFormat.BINARY)
             if item_dumper.oid in _ARRAY_OF:  # (else a dumper of another type was registered for it)
                 return _Items(self.cls, self.context, item_dumper)
         return self._general().upgrade(obj, format)
 
-    def dump(self, obj: list[Any]) -> Buffer | None:  # (never called: get_key always upgrades)
+    def dump(self, obj: list[Any]) -> Buffer | None:  # (abstract in Dumper; never called: get_key always upgrades)
         return self._general().upgrade(obj, PyFormat.BINARY).dump(obj)
 
     def _general(self) -> ListBinaryDumper:
@@ -78,31 +77,34 @@ class ArrayDumper(Dumper):
         return self.general
 
 
-def _kind(obj: list[Any]) -> type | None:
-    """The type of `obj`'s first item that is not None, if it is one packed here."""
+def _first(obj: list[Any]) -> Any:
+    """`obj`'s first item that is not None, if it is of a type packed here; else None."""
     for item in obj:
         if item is not None:
             kind = type(item)
             if kind is uuid.UUID or kind is int or kind is str or (kind is dt.datetime and item.tzinfo is not None):
-                return kind
+                return item
             return None
     return None
+
+
+def _packed(item_oid: int, items: list[bytes]) -> bytes:
+    """A one-dimensional array of `items` (each with its length, or _NULL) of type `item_oid`."""
+    return b"".join([_head(1, _NULL in items, item_oid, len(items), 1), *items])
 
 
 class _Uuids(Dumper):
     format, oid = pq.Format.BINARY, _UUID_ARRAY_OID
 
     def dump(self, obj: list[Any]) -> Buffer | None:
-        items = [_NULL if item is None else _UUID + item.int.to_bytes(16, "big") for item in obj]
-        return b"".join([_head(1, _NULL in items, _UUID_OID, len(items), 1), *items])
+        return _packed(_UUID_OID, [_NULL if item is None else _UUID + item.int.to_bytes(16, "big") for item in obj])
 
 
 class _Bigints(Dumper):
     format, oid = pq.Format.BINARY, _INT8_ARRAY_OID
 
     def dump(self, obj: list[Any]) -> Buffer | None:
-        items = [_NULL if item is None else _bigint(8, item) for item in obj]
-        return b"".join([_head(1, _NULL in items, _INT8_OID, len(items), 1), *items])
+        return _packed(_INT8_OID, [_NULL if item is None else _bigint(8, item) for item in obj])
 
 
 class _Items(Dumper):
@@ -117,5 +119,5 @@ class _Items(Dumper):
 
     def dump(self, obj: list[Any]) -> Buffer | None:
         dump: Any = self.dump_item  # (a str or a datetime: never None)
-        items = [_NULL if item is None else _length(len(data := dump(item))) + data for item in obj]
-        return b"".join([_head(1, _NULL in items, self.item_oid, len(items), 1), *items])
+        return _packed(self.item_oid, [_NULL if item is None else _length(len(data := dump(item))) + data
+                                       for item in obj])
