@@ -62,6 +62,42 @@ def test_a_batch_of_completions_is_fenced_item_by_item():
     assert written[taken.run_id] == (None, "", None)
 
 
+def test_a_batch_writes_its_runs_last_entries_and_the_messages_they_consume_as_given():
+    """The last journal entries of a batch's runs, their empty columns included, and the messages
+    they consume are written as given, in batches of one run and of three."""
+    import datetime as dt
+
+    from django_durable.journal import StepRecord
+    from django_durable.models import SignalMessage, Step
+
+    runs = [durable.start("tests.three_steps", x=n) for n in range(4)]
+    for run in (runs[0], runs[2]):  # a message consumed in each batch
+        durable.signal(run.pk, "approved", {"by": "ann"})
+    first, message = (SignalMessage.objects.get(run_id=run.pk) for run in (runs[0], runs[2]))
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    given = {
+        runs[0].pk: [StepRecord("approved", 1, "signal", "approved", "completed", '{"by": "ann"}', None, 1, at, at,
+                                fingerprint="f0", consumes=first.pk)],
+        runs[1].pk: [StepRecord("b", 1, "step", "m.b", "completed", "2", None, 2, at, at,
+                                deadline_at=at + dt.timedelta(seconds=5), remaining=3, match="x")],
+        runs[2].pk: [StepRecord("approved", 1, "signal", "approved", "completed", '{"by": "ann"}', None, 1, at, at,
+                                consumes=message.pk)],
+        runs[3].pk: [StepRecord("d", 1, "step", "m.d", "completed", "4", '{"message": "earlier"}', 3, at, at)],
+    }
+    for batch in (claim_many(1), claim_many(3)):
+        endings = [workpool.Ending(claim, '"done"', given[claim.run_id], None) for claim in batch]
+        assert all(final == "completed" for _, final in workpool.finish_runs(endings))
+    for run_id, records in given.items():
+        record = records[0]
+        row = Step.objects.get(run_id=run_id, key=record.key)
+        assert (row.seq, row.kind, row.name, row.status, row.result, row.error, row.attempts, row.started_at,
+                row.finished_at, row.deadline_at, row.retry_at, row.match, row.remaining, row.fingerprint) == \
+            record.values[1:], run_id
+    for consumed in (first, message):
+        consumed.refresh_from_db()
+        assert consumed.consumed_at is not None and consumed.consumed_by == "approved"
+
+
 def test_a_batch_claim_whose_turn_waits_or_fails_writes_its_claim_with_that_end():
     """The other ends of a turn claimed in a batch: a hand-back to wait moves the run from
     pending (its claim left it so) to waiting, a failure ends it failed; each with its claim."""

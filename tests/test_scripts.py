@@ -45,3 +45,35 @@ def test_an_install_waits_for_the_package_managers_lock():
     assert done.returncode == 0, done.stderr
     assert finished >= released["at"], "the install went ahead while another apt held the lock"
 
+
+
+def _cpu_cgroup() -> str | None:
+    """Where the cgroup cpu controller is mounted (v1), or the v2 root if it offers cpu; else None."""
+    with open("/proc/mounts") as mounts:
+        rows = [line.split() for line in mounts]
+    for _, where, kind, options, *_ in rows:
+        if kind == "cgroup" and "cpu" in options.split(","):
+            return where
+    for _, where, kind, *_ in rows:
+        if kind == "cgroup2" and "cpu" in open(os.path.join(where, "cgroup.controllers")).read().split():
+            return where
+    return None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(_cpu_cgroup() is None, reason="needs a cgroup cpu controller")
+def test_slow_cores_runs_a_command_under_a_cpu_quota_and_removes_its_group():
+    script = str(ROOT / "scripts" / "slow-cores.sh")
+    # The command sees itself in the group, and the group's quota: the cores over FACTOR.
+    shown = subprocess.run(
+        [script, "4", "sh", "-c", "cat /proc/self/cgroup; for f in /sys/fs/cgroup/cpu/durable-slow-*/cpu.cfs_quota_us "
+         "/sys/fs/cgroup/durable-slow-*/cpu.max; do [ -f \"$f\" ] && cat \"$f\"; done; exit 3"],
+        capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 3, shown.stderr  # the command's own exit status
+    assert "durable-slow-" in shown.stdout
+    quota = len(os.sched_getaffinity(0)) * 10000 // 4  # as nproc counts the cores
+    assert str(quota) in shown.stdout.split(), shown.stdout
+    base = _cpu_cgroup()
+    assert not [name for name in os.listdir(base) if name.startswith("durable-slow-")]  # removed after
+    refused = subprocess.run([script, "0.5", "true"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "FACTOR" in refused.stderr
