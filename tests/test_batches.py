@@ -333,6 +333,7 @@ def test_claims_taken_ahead_of_a_slow_item_are_given_back(monkeypatch, when):
     monkeypatch.setattr(process, "QUICK_SECONDS", 3600.0)  # quick, however busy the machine: batches
     if when == "when it ends":  # the maintenance thread polls too late to act first
         monkeypatch.setattr(maintenance.Maintenance, "_beat", lambda self, claim, now: False)
+        monkeypatch.setattr(process, "waited_for_a_core", lambda: None)  # (however long it waited for a core)
     keys = [f"quick-{n}-{uuid.uuid4()}" for n in range(40)]
     quick = [test_tasks.record.enqueue(key) for key in keys[:20]]
     slow_key = f"slow-{uuid.uuid4()}"
@@ -394,6 +395,63 @@ def test_claims_taken_ahead_of_a_slow_item_are_given_back(monkeypatch, when):
     assert not WorkflowEvent.objects.filter(run_id__in=runs, type=WorkflowEvent.Type.WORKER_LOST).exists()
     assert all(ledger.count(key, "ran") == 1 for key in keys)
     assert_settled()
+
+
+@pytest.mark.parametrize("waited", ["as long as the item ran over", "less", "the system does not say"])
+def test_an_item_slow_only_for_want_of_a_core_keeps_the_batch(monkeypatch, waited):
+    """An item that took longer than QUICK_SECONDS ends the batches and gives back the claims taken
+    ahead, unless the worker's thread spent that time waiting for a core (a busy machine, a CPU
+    quota): then the other workers are as short of cores, and the batch goes on."""
+    from django_durable.worker import process
+    from django_durable.worker.process import QUICK_SECONDS, Worker
+
+    for n in range(4):
+        test_tasks.echo.enqueue(n)
+    readings = iter([5.0, 5.0 + {"as long as the item ran over": 0.02, "less": 0.001}.get(waited, 0.0)])
+    monkeypatch.setattr(process, "waited_for_a_core",
+                        lambda: None if waited == "the system does not say" else next(readings))
+    worker = Worker(burst=True, name="w-stalled")
+    worker._size = 4
+    claim = worker._take()
+    assert claim is not None and len(worker._held) == 3 and worker._size == 8
+    worker._paced(claim, QUICK_SECONDS + 0.01)  # the item ran 10 ms over
+    if waited == "as long as the item ran over":
+        assert worker._size == 8 and len(worker._held) == 3  # the batch goes on
+        assert WorkItem.objects.filter(status="processing").count() == 4
+    else:
+        assert worker._size == 1 and not worker._held  # one at a time again, the three given back
+        assert WorkItem.objects.filter(status="processing").count() == 1
+    workpool.unclaim([claim, *worker._held])
+
+
+@pytest.mark.timeout(60)
+def test_the_time_a_thread_waits_for_a_core_is_read_from_the_kernel():
+    """waited_for_a_core() grows while this thread shares its one core with a busy process."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from django_durable.worker.process import waited_for_a_core
+
+    before = waited_for_a_core()
+    if before is None:
+        pytest.skip("the system does not say how long a thread waits for a core")
+    cores = os.sched_getaffinity(0)
+    core = min(cores)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {core})
+        os.sched_setaffinity(0, {core})  # this thread and the hog on one core
+        deadline = time.monotonic() + 20
+        while waited_for_a_core() - before < 0.05 and time.monotonic() < deadline:
+            sum(range(10_000))  # runnable: it waits whenever the hog has the core
+        waited = waited_for_a_core() - before
+    finally:
+        os.sched_setaffinity(0, cores)
+        hog.kill()
+        hog.wait()
+    assert waited >= 0.05, waited
 
 
 def test_a_lone_item_goes_alone_in_one_statement(monkeypatch):

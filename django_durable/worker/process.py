@@ -32,7 +32,19 @@ EXIT_REPLACE = 75
 # An item that took longer than this to run ends the worker's batches, and the claims it took
 # ahead are given back: claiming ahead pays only for quick items, and one held behind slow ones
 # would wait for each of them in turn while other workers, or this worker's other processes, idle.
+# The time the worker's thread spent waiting for a core meanwhile does not count (Worker._stalled):
+# on a busy machine a quick item can take longer than this, and the other workers are as busy.
 QUICK_SECONDS = 0.02
+
+
+def waited_for_a_core() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a core since it started (the
+    kernel's schedstat run_delay), or None where the system does not say (not Linux)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def shutdown_grace(grace: float | None = None) -> float:
@@ -73,6 +85,7 @@ class Worker:
         # maintenance thread wrote while an item ran long, whose signals the main thread sends.
         self._size = 1
         self._most = max(1, int(conf.get("CLAIM_BATCH")))
+        self._waited_at: float | None = None  # waited_for_a_core() as the batch was claimed (None: no batch)
         self._held: deque[workpool.Claim] = deque()
         # Taken from by the main thread, given back whole by the maintenance thread when the item
         # in flight runs long (give_back_ahead): under this lock, so that no claim is both.
@@ -235,24 +248,41 @@ class Worker:
             self._size = 1  # a queue it serves was given limits at runtime: one claim at a time
         if self._size > 1:
             claims = workpool.claim_many(worker=self.name, queues=self.queues, db=self.db, k=self._size)
+            self._waited_at = waited_for_a_core()
             # A full batch means a backlog: take more next time; fewer, and the queue is nearly
             # empty: one at a time again, so that a lone item is not kept waiting for company.
             self._size = min(self._most, 2 * self._size) if len(claims) == self._size else 1
             with self._held_lock:
                 self._held.extend(claims[1:])
             return claims[0] if claims else None
+        self._waited_at = None
         return workpool.claim(worker=self.name, queues=self.queues, db=self.db, avoid=self._avoid())
 
     def _paced(self, claim: workpool.Claim, seconds: float) -> None:
         """After an item: go to batches when the statement that ended a quick one found another
         ready (a backlog), back to one at a time after a slow one, giving back the claims taken
         ahead (in their places, not deliveries) for whichever worker is free first."""
-        if seconds > QUICK_SECONDS:
+        if seconds > QUICK_SECONDS and seconds - self._stalled() > QUICK_SECONDS:
             self._size = 1
             self._release_held()
         elif self._size == 1 and claim.next_claim is not None and self._most > 1 and not self._declined:
             if workpool.batches(self.db, self.queues):  # (a queue given limits at runtime stops them)
                 self._size = 2
+
+    def _stalled(self) -> float:
+        """Seconds this thread waited for a core (CPU contention, a CPU quota) since its batch was
+        claimed or its last slow item ended: 0.0 outside batches, or where the system does not say.
+        Counted from the batch's start, not the item's, so that reading it costs nothing on quick
+        items: an item slow by itself is taken for quick only where the batch's earlier items
+        waited about as long as it ran, and the maintenance thread still gives the claims taken
+        ahead back a poll after it began."""
+        if self._waited_at is None:
+            return 0.0
+        waited = waited_for_a_core()
+        if waited is None:
+            return 0.0
+        stalled, self._waited_at = waited - self._waited_at, waited
+        return stalled
 
     def _flush(self) -> None:
         """Write the completions waiting in the batch, in one statement (workpool.finish_runs)."""
