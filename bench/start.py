@@ -128,11 +128,15 @@ def layers(durable, calls: int) -> dict:
     def params() -> list:
         return [uuid7(), definition.name, '{"args":[1],"kwargs":{}}', 1, "default", 0, ""]
 
-    cursor, text, _ = statements._cursor("default", sql)
+    from django.db import connections
+
+    _, text, _ = statements._cursor("default", sql)
+    # The connection's kept cursor for this statement, in Django's wrapper and without it.
+    wrapper = statements._kept[connections["default"].connection][False]
     best("statement_hot_path", lambda: statements.execute("default", sql, params()), calls)
-    best("statement_django_cursor", lambda: (cursor.execute(text, params()), cursor.fetchone()), calls)
-    best("statement_psycopg_cursor", lambda: (cursor.cursor.execute(text, params(), prepare=True),
-                                              cursor.cursor.fetchone()), calls)
+    best("statement_django_cursor", lambda: (wrapper.execute(text, params()), wrapper.fetchone()), calls)
+    best("statement_psycopg_cursor", lambda: (wrapper.cursor.execute(text, params(), prepare=True),
+                                              wrapper.cursor.fetchone()), calls)
     return figures
 
 
