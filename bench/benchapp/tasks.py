@@ -9,3 +9,12 @@ except ImportError:  # Django 5.2: the django-tasks backport
 @task()
 def one_step(n):
     return n
+
+
+@task()
+def sleep_for(seconds):
+    """Sleep `seconds` (bench/start_budget.py: a task still running when the worker is stopped)."""
+    import time
+
+    time.sleep(seconds)
+    return seconds
