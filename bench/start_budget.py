@@ -27,6 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
+from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
 STARTUP_TIME = 1.0  # django-tasks-db's WORKER_STARTUP_TIME
@@ -69,14 +70,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
+    call_command("migrate", verbosity=0)
     runs = [once(ENDINGS[n % len(ENDINGS)]) for n in range(args.repeat)]
     starts = [r["first_claim_s"] for r in runs if r["first_claim_s"] is not None]
     on_time = sum(r["running_at_1s"] for r in runs)
     ended = sum(r["ended_as_expected"] for r in runs)
-    print(f"running {STARTUP_TIME:.0f} s after the spawn: {on_time} of {len(runs)}")
+    print(f"running {STARTUP_TIME:g} s after the spawn: {on_time} of {len(runs)}")
     print(f"ended as django-tasks-db's tests expect (SIGINT, SIGTERM: exit 0 within 2 s, the task "
           f"SUCCESSFUL; SIGKILL: the task RUNNING): {ended} of {len(runs)}")
-    print(f"spawn to first claim: median {statistics.median(starts):.2f} s, {min(starts):.2f}-{max(starts):.2f}")
+    if starts:
+        print(f"spawn to first claim: median {statistics.median(starts):.2f} s, {min(starts):.2f}-{max(starts):.2f}"
+              f" ({len(starts)} of {len(runs)} claimed it before their ending)")
     for r in runs:
         if not (r["running_at_1s"] and r["ended_as_expected"]):
             print("missed:", r)

@@ -21,6 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
+from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
 
@@ -53,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    call_command("migrate", verbosity=0)
     runs = [once() for _ in range(args.repeat)]
     alone = statistics.median(django_alone() for _ in range(args.repeat))
     for key, label in (("first_claim_s", "spawn to first claim"), ("cpu_s", "CPU of its whole life"),
