@@ -57,6 +57,14 @@ def truncate() -> None:
         cursor.execute("VACUUM ANALYZE durable_work_item")
 
 
+def started_at(run_id) -> float | None:
+    """When run `run_id` started (its first claim), epoch seconds by the database's clock; None if never."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXTRACT(EPOCH FROM started_at) FROM durable_workflow_run WHERE id = %s", [run_id])
+        (started,) = cursor.fetchone()
+    return None if started is None else float(started)
+
+
 # -- the ceiling: a raw SKIP LOCKED queue in plain psycopg ---------------------------------------
 
 

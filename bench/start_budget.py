@@ -1,7 +1,7 @@
 """A worker's start as django-tasks-db's own worker tests meet it: running a task one second after
 its spawn.
 
-    DATABASE_URL=postgres://... .venv/bin/python bench/start_budget.py [--repeat 10]
+    DATABASE_URL=postgres://... .venv/bin/python bench/start_budget.py [--repeat 9]
 
 django-tasks-db's test suite gives a worker process WORKER_STARTUP_TIME = 1 s: it enqueues a task
 that sleeps, spawns the worker, sleeps that second and asserts the task is RUNNING; then
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, connections  # noqa: E402
+from django.db import connections  # noqa: E402
 
 STARTUP_TIME = 1.0  # django-tasks-db's WORKER_STARTUP_TIME
 ENDINGS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -59,11 +59,9 @@ def once(ending: signal.Signals) -> dict:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXTRACT(EPOCH FROM started_at) FROM durable_workflow_run WHERE id = %s", [result.id])
-        (started,) = cursor.fetchone()
+    started = harness.started_at(result.id)
     return {"running_at_1s": running, "ended_as_expected": ended, "ending": ending.name,
-            "first_claim_s": float(started) - spawned if started is not None else None}
+            "first_claim_s": None if started is None else started - spawned}
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, connections  # noqa: E402
+from django.db import connections  # noqa: E402
 
 
 def once() -> dict:
@@ -37,10 +37,7 @@ def once() -> dict:
     done = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", *harness.worker_command("--burst", "-c", "1", "-v", "0")],
                           env=harness.worker_env(), check=True, capture_output=True, text=True)
     peak_kb, user, system = done.stderr.split()[-3:]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXTRACT(EPOCH FROM started_at) FROM durable_workflow_run WHERE id = %s", [run_id])
-        (started,) = cursor.fetchone()
-    return {"first_claim_s": float(started) - spawned,
+    return {"first_claim_s": harness.started_at(run_id) - spawned,
             "cpu_s": float(user) + float(system), "peak_rss_mb": int(peak_kb) / 1024}
 
 

@@ -1,4 +1,6 @@
-"""The benchmark's django.tasks task (django_durable.tasks.DurableBackend): one call, no work."""
+"""The benchmark's django.tasks tasks (django_durable.tasks.DurableBackend)."""
+
+import time
 
 try:
     from django.tasks import task
@@ -8,13 +10,12 @@ except ImportError:  # Django 5.2: the django-tasks backport
 
 @task()
 def one_step(n):
+    """One call, no work."""
     return n
 
 
 @task()
 def sleep_for(seconds):
     """Sleep `seconds` (bench/start_budget.py: a task still running when the worker is stopped)."""
-    import time
-
     time.sleep(seconds)
     return seconds
