@@ -10,14 +10,16 @@ import datetime as dt
 import functools
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
-
 from . import clock
 
 
 def valid(expression) -> bool:
     """Whether `expression` is a five-field cron expression croniter accepts."""
-    return isinstance(expression, str) and len(expression.split()) == 5 and croniter.is_valid(expression)
+    if not (isinstance(expression, str) and len(expression.split()) == 5):
+        return False
+    from croniter import croniter  # imported where used, not in every process's start (10 ms here)
+
+    return croniter.is_valid(expression)
 
 
 def upcoming(schedule, count: int = 5) -> list[dt.datetime]:
@@ -47,6 +49,8 @@ def next_after(schedule, after: dt.datetime, previous: dt.datetime | None = None
 @functools.lru_cache(maxsize=4096)
 def _next_cron(cron: str, timezone: str, after: dt.datetime, previous: dt.datetime | None) -> dt.datetime:
     # Cached: a thousand schedules on the same expression ask the same question every minute.
+    from croniter import croniter
+
     zone = ZoneInfo(timezone)
     times = croniter(cron, after.astimezone(zone))
     repeated = {after.astimezone(zone).replace(tzinfo=None)}

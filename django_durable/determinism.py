@@ -6,6 +6,7 @@ import ast
 import builtins
 import datetime
 import inspect
+import linecache
 import os
 import sys
 import textwrap
@@ -38,33 +39,60 @@ def nondeterministic_calls(fn) -> list[tuple[str, str]]:
     Nested functions and lambdas are skipped: they usually run as steps. Calls the source does
     not show (through variables, other modules) are not seen.
     """
+    own = inspect.unwrap(fn)  # a decorated function's names are its own module's
     try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        filename = inspect.getsourcefile(fn) or "?"
-        first_line = inspect.getsourcelines(fn)[1]
-        tree = ast.parse(source)
+        filename, function, offset = _definition(own)
     except (OSError, TypeError, SyntaxError):
         return []
-    function = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
     if function is None:
         return []
-    own = inspect.unwrap(fn)  # a decorated function's names are its own module's
-    namespace = {**vars(builtins), **getattr(own, "__globals__", {}), **_local_imports(function)}
+    nodes = list(_own_nodes(function))
+    namespace = {**vars(builtins), **getattr(own, "__globals__", {}), **_local_imports(nodes)}
     found = []
-    for node in _own_nodes(function):
+    for node in nodes:
         if isinstance(node, ast.Call):
             dotted = _dotted(node.func)
             if dotted and _nondeterministic(_resolve(dotted, namespace)):
-                found.append((dotted, f"{filename}:{first_line + node.lineno - 1}"))
+                found.append((dotted, f"{filename}:{offset + node.lineno}"))
     return found
 
 
-def _local_imports(function) -> dict:
-    """The names the function's own body imports (``import datetime`` inside it), bound as it would
-    bind them, from the modules this process has loaded; a module that is not loaded is left out
-    unless the known calls live in it (see _module)."""
+def _definition(fn) -> tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | None, int]:
+    """(its file, the node of `fn`'s def, what to add to the node's line numbers to number them
+    as the file does). The lines are those its code object spans: a worker runs this check at its
+    start, and inspect.getsource() finds them by tokenizing in Python (and compiling tokenize's
+    expressions first), 1-2 ms a workflow here. What that cannot read is read as inspect does."""
+    filename = inspect.getsourcefile(fn) or "?"
+    code = getattr(fn, "__code__", None)
+    if code is not None and (last := _last_line(code)) >= (first := code.co_firstlineno):
+        lines = linecache.getlines(filename, getattr(fn, "__globals__", None))[first - 1:last]
+        # Shifted left by the def's indentation: each line of its code has it, the lines of a
+        # string in it may not (textwrap.dedent would shift none).
+        margin = lines[0][:len(lines[0]) - len(lines[0].lstrip())] if lines else ""
+        try:
+            body = ast.parse("".join(line.removeprefix(margin) for line in lines)).body
+        except SyntaxError:
+            body = []
+        if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) and body[0].name == code.co_name:
+            return filename, body[0], first - 1
+    lines, first = inspect.getsourcelines(fn)
+    body = ast.parse(textwrap.dedent("".join(lines))).body
+    function = body[0] if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    return filename, function, first - 1
+
+
+def _last_line(code) -> int:
+    """The last line of source `code` (and the functions defined in it) has instructions for."""
+    last = max((end for _, end, _, _ in code.co_positions() if end is not None), default=0)
+    return max([last, *(_last_line(const) for const in code.co_consts if inspect.iscode(const))])
+
+
+def _local_imports(nodes) -> dict:
+    """The names a function body's `nodes` (_own_nodes) import (``import datetime`` inside it),
+    bound as it would bind them, from the modules this process has loaded; a module that is not
+    loaded is left out unless the known calls live in it (see _module)."""
     bound = {}
-    for node in _own_nodes(function):
+    for node in nodes:
         try:
             if isinstance(node, ast.Import):
                 for alias in node.names:

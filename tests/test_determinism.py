@@ -95,3 +95,55 @@ def test_the_check_imports_no_module_a_workflow_body_imports_but_the_known_calls
     assert [call for call, _ in nondeterministic_calls(imports_a_framework)] == ["secrets.token_hex"]
     assert "tests.testapp.never_loaded" not in sys.modules
     assert "secrets" in sys.modules
+
+
+def _marked(fn) -> list[str]:
+    """The lines of `fn`'s file that carry the comment `# here` inside fn, as "file:line"."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(fn)
+    return [f"{inspect.getsourcefile(fn)}:{first + n}" for n, line in enumerate(lines) if line.rstrip().endswith("# here")]
+
+
+def _decorated(fn):
+    return fn
+
+
+class _Workflows:
+    @staticmethod
+    @_decorated
+    def indented(ctx):
+        ctx.step("a", print)
+        return time.time()  # here
+
+    @staticmethod
+    def with_a_string_at_the_margin(ctx):
+        text = """
+a line at the margin"""
+        return text, time.time()  # here
+
+
+def nested_then_a_long_call(ctx):
+    stamp = uuid.uuid4()  # here
+
+    def inside():
+        return time.time()
+
+    return ctx.step(
+        "b", inside, random.random(),  # here
+    ) and stamp
+
+
+def test_each_call_is_found_on_the_line_it_is_on_whatever_the_shape_of_the_function():
+    """The check reads a function's lines as its code spans them, without tokenizing its source:
+    indented and decorated, ending in a call over several lines after a nested function, and
+    indented with a string at the margin (which inspect's textwrap.dedent cannot shift)."""
+    for fn in (_Workflows.indented, nested_then_a_long_call, _Workflows.with_a_string_at_the_margin):
+        assert sorted(where for _, where in nondeterministic_calls(fn)) == sorted(_marked(fn)), fn.__name__
+
+
+def test_a_function_without_source_is_passed_over():
+    namespace = {}
+    exec("def made(ctx):\n    import time\n    return time.time()\n", namespace)
+    assert nondeterministic_calls(namespace["made"]) == []
+    assert nondeterministic_calls(print) == []
