@@ -8,6 +8,12 @@ runs per second (wall) for --many runs in one call; and one commit of a one-row 
 psycopg on the same server, p50 (ms), the floor a start() is compared with in the same run.
 `--root` measures the checkout in DIR (a worktree of an older commit) with this script.
 
+With `--against-pgqueuer`, instead: `durable.start()`, a task's `enqueue()` and PGQueuer's enqueue
+(its W5 driver's, on psycopg, in its own environment under bench/.venvs/pgqueuer) interleaved on
+the same server, in --blocks blocks of --block calls each, the three kinds in a turning order: each
+kind's rate (calls per second of their summed wall time), p50 and CPU a call, and each block's
+rate against PGQueuer's. Drift on a shared machine moves all three alike.
+
 With `--layers`, also where an enqueue's CPU goes, layer by layer (µs a call, the best of five):
 each layer with the start's one statement replaced by a stand-in that answers at once (what
 Python does around the statement: `Task.enqueue()`, the backend's `enqueue()`, `create_run()`,
@@ -31,8 +37,14 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=1000)
     parser.add_argument("--many", type=int, default=20000)
     parser.add_argument("--layers", action="store_true", help="an enqueue's CPU, layer by layer")
+    parser.add_argument("--against-pgqueuer", action="store_true", help="interleaved with PGQueuer's enqueue")
+    parser.add_argument("--blocks", type=int, default=18)
+    parser.add_argument("--block", type=int, default=400)
     args = parser.parse_args()
     durable = inprocess.set_up(args.root)
+    if args.against_pgqueuer:
+        print(json.dumps(against_pgqueuer(durable, args.blocks, args.block)))
+        return
     import psycopg
     from django.db import connection
 
@@ -82,6 +94,70 @@ def main() -> None:
     if args.layers:
         figures.update(layers(durable, args.starts))
     print(json.dumps({key: round(value, 3) for key, value in figures.items()}))
+
+
+def against_pgqueuer(durable, blocks: int, size: int) -> dict:
+    """start(), a task's enqueue() and PGQueuer's enqueue, interleaved in blocks (see the top)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from bench.benchapp.tasks import one_step
+
+    peers = Path(__file__).resolve().parent / "peers"
+    python = peers.parent / ".venvs/pgqueuer/bin/python"
+    if not python.exists():
+        raise SystemExit(f"--against-pgqueuer: no {python} (make bench-peers makes it)")
+    url = os.environ["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
+    pgqueuer = subprocess.Popen([str(python), str(peers / "pgqueuer_driver.py"), "enqueue-blocks"], text=True,
+                                env={**os.environ, "PGQUEUER_URL": url}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert pgqueuer.stdout.readline().strip() == "ready"
+
+    def ours(call, n: int) -> tuple[list, float]:
+        walls, cpu = [], time.process_time()
+        for i in range(n):
+            began = time.perf_counter()
+            call(i)
+            walls.append(time.perf_counter() - began)
+        return walls, time.process_time() - cpu
+
+    def theirs(n: int) -> tuple[list, float]:
+        pgqueuer.stdin.write(f"{n}\n")
+        pgqueuer.stdin.flush()
+        block = json.loads(pgqueuer.stdout.readline())
+        return block["walls"], block["cpu_s"]
+
+    kinds = {"start": lambda n: ours(lambda i: durable.start("bench.one_step"), n),
+             "task_enqueue": lambda n: ours(lambda i: one_step.enqueue(i), n), "pgqueuer_enqueue": theirs}
+    walls = {kind: [] for kind in kinds}
+    cpu = dict.fromkeys(kinds, 0.0)
+    ratios = {"start": [], "task_enqueue": []}
+    try:
+        for measure in kinds.values():
+            measure(100)  # warm: statements prepared, connections open
+        for b in range(blocks):
+            order = list(kinds)[b % 3:] + list(kinds)[:b % 3]
+            block = {kind: kinds[kind](size) for kind in order}
+            for kind, (w, c) in block.items():
+                walls[kind] += w
+                cpu[kind] += c
+            for kind in ratios:
+                ratios[kind].append(sum(block["pgqueuer_enqueue"][0]) / sum(block[kind][0]))
+    finally:
+        pgqueuer.stdin.close()
+        pgqueuer.wait(60)
+        inprocess.empty()
+    figures = {}
+    for kind, w in walls.items():
+        figures[f"{kind}_per_s"] = len(w) / sum(w)
+        figures[f"{kind}_p50_ms"] = 1000 * statistics.median(w)
+        figures[f"{kind}_cpu_us"] = 1e6 * cpu[kind] / len(w)
+    for kind, r in ratios.items():
+        figures[f"{kind}_vs_pgqueuer"] = figures[f"{kind}_per_s"] / figures["pgqueuer_enqueue_per_s"]
+        figures[f"{kind}_blocks_ahead"] = sum(x > 1 for x in r)
+        figures[f"{kind}_block_ratio_min"], figures[f"{kind}_block_ratio_max"] = min(r), max(r)
+    figures["blocks"] = blocks
+    return figures
 
 
 def layers(durable, calls: int) -> dict:

@@ -102,7 +102,8 @@ def _marked(fn) -> list[str]:
     import inspect
 
     lines, first = inspect.getsourcelines(fn)
-    return [f"{inspect.getsourcefile(fn)}:{first + n}" for n, line in enumerate(lines) if line.rstrip().endswith("# here")]
+    return [f"{inspect.getsourcefile(fn)}:{first + n}" for n, line in enumerate(lines)
+            if line.rstrip().endswith("# here")]
 
 
 def _decorated(fn):

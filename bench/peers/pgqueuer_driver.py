@@ -162,9 +162,34 @@ def worker(drain: bool) -> None:
     asyncio.run(supervisor.run(factory, mode=mode, dequeue_timeout=timedelta(seconds=0.1 if drain else 30)))
 
 
+def enqueue_blocks() -> None:
+    """For bench/start.py --against-pgqueuer: for each line N read, N jobs enqueued one a commit as
+    W5 enqueues them; then a line of JSON: each enqueue's wall time (s) and the block's CPU (s)."""
+    import json
+    import time
+
+    import psycopg
+
+    _install()
+    with psycopg.connect(URL, autocommit=True) as connection:
+        enqueue = _enqueuer(connection)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            walls, cpu = [], time.process_time()
+            for n in range(int(line)):
+                began = time.perf_counter()
+                enqueue(n)
+                walls.append(time.perf_counter() - began)
+            print(json.dumps({"walls": walls, "cpu_s": time.process_time() - cpu}), flush=True)
+        connection.execute("TRUNCATE pgqueuer, pgqueuer_log")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["worker"]:
         worker("--drain" in sys.argv)
+        return
+    if sys.argv[1:2] == ["enqueue-blocks"]:
+        enqueue_blocks()
         return
     workload = argument("workload", "w5")
     jobs, processes = int(argument("jobs", 5000)), int(argument("processes", 2))
