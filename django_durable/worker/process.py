@@ -118,9 +118,10 @@ class Worker:
             close_connection(self.db)
         logger.info("Worker %s started (queues: %s).", self.name, ", ".join(self.queues or ["all"]))
         backoff, outage = Backoff(), Outage()
-        settle = False  # work was done since the last wait: look again once, shortly
+        settle = Settle()
         try:
             while not self._stopping.is_set():
+                began = time.monotonic()
                 try:
                     if self._unreleased:
                         self._hand_back()
@@ -128,7 +129,7 @@ class Worker:
                         logger.info("Worker %s gave back %d item(s) it had claimed by a statement whose answer "
                                     "was lost.", self.name, given)
                     if self._run_once():
-                        settle = True
+                        settle.worked(time.monotonic())
                         backoff.reset()
                         if outage.ended(f"worker {self.name}"):
                             waiter.listen()  # now, not when next idle: it may be busy a while
@@ -149,10 +150,7 @@ class Worker:
                     continue
                 if waiter.begins_listening():
                     continue  # what was notified before it began went unheard: look once more first
-                idle = self._idle_seconds()
-                if settle:  # a start that committed just after the last claim may not have notified
-                    idle, settle = min(idle, SETTLE_SECONDS), False
-                waiter.wait(idle)
+                waiter.wait(settle.wait(self._idle_seconds(), began, time.monotonic()))
         finally:
             try:
                 self._flush()
@@ -529,6 +527,26 @@ class Worker:
         os.execv(sys.executable, sys.orig_argv)
 
 
+class Settle:
+    """When a worker that ran out of work looks once more: at SETTLE_SECONDS after its last work,
+    whatever wakes it before then. A start that committed just after its last claim may not have
+    notified (see SETTLE_SECONDS); a notification heard sooner, perhaps one sent while the worker
+    was busy for a run it has taken since, makes it look sooner and then wait on for that look."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None  # the last work's time.monotonic() plus SETTLE_SECONDS
+
+    def worked(self, now: float) -> None:
+        self.at = now + SETTLE_SECONDS
+
+    def wait(self, idle: float, began: float, now: float) -> float:
+        """Seconds to wait, at most `idle`, after a look that began at `began` found no work."""
+        if self.at is None or began >= self.at:
+            self.at = None
+            return idle
+        return min(idle, max(self.at - now, 0.0))
+
+
 class RunDamaged(Exception):
     """The database refused the engine's write for a run (recorded as the run's error)."""
 
@@ -549,7 +567,8 @@ ABANDON_SECONDS = 5.0
 # Seconds between claims while a queue's limits hold back ready work.
 LIMITED_POLL = 0.05
 
-# Seconds a worker that just ran out of work waits before it looks once more, then the poll
-# interval: a start skips its NOTIFY when it sees a ready item not yet claimed
-# (queries.START_NOTIFY_IF_IDLE), which may be the last one this worker took.
+# Seconds after its last work a worker that ran out of it looks once more (then waits for the
+# poll interval): a start skips its NOTIFY when it sees a ready item not yet claimed
+# (queries.START_NOTIFY_IF_IDLE), or when another start in its process saw one a moment before
+# (workpool.runs.READY_SEEN_SECONDS), and that item may be the last one this worker took.
 SETTLE_SECONDS = 0.05

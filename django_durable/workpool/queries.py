@@ -628,11 +628,13 @@ START_NOTIFY = ", pg_notify('durable_work', '')"
 # producer's commit wait for every other's (measured: starts per second flat at ~1,000 from 16 to
 # 64 producers, twice that without). A worker that goes idle looks once more a moment later
 # (worker.process.SETTLE_SECONDS), for a start that committed just after its last claim and saw
-# the item it was taking.
+# the item it was taking. Answers whether it saw one waiting (true: no NOTIFY sent), for the
+# starts that follow it in this process (runs.READY_SEEN_SECONDS).
 START_NOTIFY_IF_IDLE = """,
-       (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
+       CASE WHEN EXISTS (
             SELECT 1 FROM durable_work_item AS w
-            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= {now}))"""
+            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= {now})
+       THEN true ELSE (SELECT false FROM pg_notify('durable_work', '')) END"""
 
 # -- waiting for a run -------------------------------------------------------------------------------
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 import uuid
 from typing import Any, NamedTuple
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 
 from .. import clock, conf, partitioning, queues, serialization, telemetry
@@ -181,17 +182,39 @@ def _insert_at_once(run: WorkflowRun, db: str) -> WorkflowRun:
     weight = fairness.weight(run.queue, run.concurrency_key)
     if weight is not None:
         params = [run.queue, run.concurrency_key, 1, weight, run.queue, *params]
-    _, run.created_at = _insert(db, queries.START_ONE, params, notify=queries.START_NOTIFY_IF_IDLE,
-                                turns=None if weight is None else "one")
+    # Only a start that is its own transaction reads or leaves the window: what one inside a
+    # transaction sees may be its transaction's own items, and its commit may come much later.
+    key = None if connections[db].in_atomic_block else (db, run.queue)
+    seen = _ready_seen.get(key) if key is not None else None
+    quiet = seen is not None and time.monotonic() - seen < READY_SEEN_SECONDS
+    row = _insert(db, queries.START_ONE, params, notify="" if quiet else queries.START_NOTIFY_IF_IDLE,
+                  turns=None if weight is None else "one")
+    run.created_at = row[1]
+    if key is not None and not quiet and len(row) > 2 and row[2]:  # it saw a ready item waiting
+        _ready_seen[key] = time.monotonic()
     run.updated_at = run.created_at
     run._state.adding, run._state.db = False, db
     return run
 
 
+# Seconds after a start in this process saw a ready item waiting in its queue (so its workers
+# busy, or told) during which the queue's next starts here (each its own transaction, as that
+# one was) neither look again nor NOTIFY. A look is an index probe and a heap read on the server
+# (34 µs of a 0.74 ms start, measured interleaved). The worker that takes the waiting item goes
+# idle after it and looks once more SETTLE_SECONDS (50 ms) later: a start that committed within
+# this window (and its own commit's time) of the look is seen then, as a start that saw the item
+# itself would be.
+READY_SEEN_SECONDS = 0.02
+
+# When a start last saw a ready item waiting, by (database alias, queue): time.monotonic().
+_ready_seen: dict[tuple[str, str], float] = {}
+
+
 def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str | None = None,
             skip_existing: bool = False, turns: str | None = None) -> tuple:
     """queries.START with `runs` as its rows and `notify` (a START_NOTIFY, or "") as its wake-up;
-    (how many runs, the last one's created_at). `turns`: "one", the run's turn in a fair
+    its row: how many runs, the last one's created_at, and with START_NOTIFY_IF_IDLE whether a
+    ready item was waiting. `turns`: "one", the run's turn in a fair
     queue taken by the statement (FAIR_TURN's parameters first), or "many", the runs' turns taken
     before (two arrays last: run ids and their turns); None, every run ready now."""
     parts = postgres.run_parts()
@@ -210,7 +233,7 @@ def _insert(db: str, runs: str, params: list, *, notify: str, id_time_value: str
         if len(_start_sql) > 64:
             _start_sql.clear()
         _start_sql[key] = sql
-    return statements.execute(db, sql, params)[0][:2]
+    return statements.execute(db, sql, params)[0]
 
 
 # queries.START filled in, by its parts (runs._insert's key): the same few shapes at every start.
