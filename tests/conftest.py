@@ -143,6 +143,15 @@ def fresh_floors():
     floors.clear()
 
 
+@pytest.fixture(autouse=True)
+def no_ready_item_seen():
+    """Each test's starts look for a ready item before they decide to NOTIFY (runs.READY_SEEN_SECONDS):
+    what a start of the last test saw is not this one's."""
+    from django_durable.workpool import runs
+
+    runs._ready_seen.clear()
+
+
 @pytest.fixture
 def approver(django_user_model):
     """alice, a staff user with testapp.approve_refund (an agent's refund tool waits for her)."""

@@ -106,6 +106,8 @@ def _statements() -> list[tuple[str, str, int]]:
         ("finish a run and claim the next item from a limited queue", lambda: _limited(lambda: postgres.finish_run(
             _Claim, status="completed", result="1", error=None, records=[], next_claim=params))),
         ("start a run", lambda: durable.start("tests.three_steps", x=1)),
+        ("start a run just after one that saw a ready item waiting", lambda: _after_one_saw_an_item(
+            lambda: durable.start("tests.three_steps", x=1))),
         ("start many runs", lambda: durable.start_many("tests.three_steps", [{"x": 1}, {"x": 2}])),
         ("start a schedule's fire times, each once", lambda: runs.insert_ready(
             [runs.NewRun(uuid.UUID(int=4), "tests.three_steps", "{}", 1, "default", 0, idempotency_key="s:t",
@@ -156,6 +158,24 @@ def _limited(call):
 
     with override_settings(DURABLE_QUEUES={"emails": {"concurrency": 5, "key_concurrency": 1, "rate_limit": "10/s"}}):
         call()
+
+
+def _after_one_saw_an_item(call):
+    """A start within runs.READY_SEEN_SECONDS of one in its process that saw a ready item waiting
+    in its queue, each its own transaction (this test's is set aside for the stand-in's call)."""
+    import time
+
+    from django.db import connection
+
+    from django_durable.workpool import runs
+
+    atomic, connection.in_atomic_block = connection.in_atomic_block, False
+    runs._ready_seen[("default", "default")] = time.monotonic()
+    try:
+        call()
+    finally:
+        connection.in_atomic_block = atomic
+        runs._ready_seen.clear()
 
 
 def _fair(call):

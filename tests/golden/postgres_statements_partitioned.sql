@@ -580,9 +580,27 @@ item AS (
     RETURNING 1
 )
 SELECT count(*), max(created_at),
-       (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
+       CASE WHEN EXISTS (
             SELECT 1 FROM durable_work_item AS w
-            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
+            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())
+       THEN true ELSE (SELECT false FROM pg_notify('durable_work', '')) END FROM run;
+
+-- name: start a run just after one that saw a ready item waiting (8 parameters)
+WITH run AS (
+    INSERT INTO durable_workflow_run (id, workflow, status, waiting_on, input, attempt, max_attempts, queue, priority,
+                                      concurrency_key, idempotency_key, scheduled_at, detached, id_time)
+    VALUES (%s, %s, 'pending', '', %s, 1, %s, %s, %s, %s, NULL, NULL, false, %s)
+    RETURNING id, queue, priority, concurrency_key, created_at, updated_at
+),
+item AS (
+    INSERT INTO durable_work_item (kind, run_id, step_key, "group", function, queue, priority, concurrency_key,
+                                   status, available_at, attempts, wake, claimed_by, last_error)
+    SELECT 'advance', run.id, '', '', '', run.queue, run.priority, run.concurrency_key, 'pending', statement_timestamp(), 0,
+           false, '', ''
+    FROM run
+    RETURNING 1
+)
+SELECT count(*), max(created_at) FROM run;
 
 -- name: start many runs (9 parameters)
 WITH run AS (
@@ -666,9 +684,10 @@ item AS (
     RETURNING 1
 )
 SELECT count(*), max(created_at),
-       (SELECT pg_notify('durable_work', '') WHERE NOT EXISTS (
+       CASE WHEN EXISTS (
             SELECT 1 FROM durable_work_item AS w
-            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())) FROM run;
+            WHERE w.status = 'pending' AND w.queue = (SELECT queue FROM run LIMIT 1) AND w.available_at <= statement_timestamp())
+       THEN true ELSE (SELECT false FROM pg_notify('durable_work', '')) END FROM run;
 
 -- name: start many runs in a fair queue, statement 1 of 2 (5 parameters)
 WITH fair AS (
