@@ -49,25 +49,16 @@ def main() -> None:
     from django.db import connection
 
     figures = {}
-    walls = []
-    cpu = time.process_time()
-    for _ in range(args.starts):
-        began = time.perf_counter()
-        durable.start("bench.one_step")
-        walls.append(time.perf_counter() - began)
-    figures["start_cpu_us"] = 1e6 * (time.process_time() - cpu) / args.starts
+    walls, cpu = timed(lambda n: durable.start("bench.one_step"), args.starts)
+    figures["start_cpu_us"] = 1e6 * cpu / args.starts
     walls.sort()
     figures["start_p50_ms"] = 1000 * statistics.median(walls)
     figures["start_p95_ms"] = 1000 * walls[int(0.95 * len(walls))]
 
     from bench.benchapp.tasks import one_step
 
-    walls, cpu = [], time.process_time()
-    for n in range(args.starts):
-        began = time.perf_counter()
-        one_step.enqueue(n)
-        walls.append(time.perf_counter() - began)
-    figures["enqueue_cpu_us"] = 1e6 * (time.process_time() - cpu) / args.starts
+    walls, cpu = timed(one_step.enqueue, args.starts)
+    figures["enqueue_cpu_us"] = 1e6 * cpu / args.starts
     figures["enqueue_p50_ms"] = 1000 * statistics.median(walls)
 
     start_many = getattr(durable, "start_many", None)
@@ -96,6 +87,16 @@ def main() -> None:
     print(json.dumps({key: round(value, 3) for key, value in figures.items()}))
 
 
+def timed(call, n: int) -> tuple[list, float]:
+    """call(0) ... call(n - 1): each call's wall time (s), and the process's CPU for all (s)."""
+    walls, cpu = [], time.process_time()
+    for i in range(n):
+        began = time.perf_counter()
+        call(i)
+        walls.append(time.perf_counter() - began)
+    return walls, time.process_time() - cpu
+
+
 def against_pgqueuer(durable, blocks: int, size: int) -> dict:
     """start(), a task's enqueue() and PGQueuer's enqueue, interleaved in blocks (see the top)."""
     import os
@@ -113,22 +114,14 @@ def against_pgqueuer(durable, blocks: int, size: int) -> dict:
                                 env={**os.environ, "PGQUEUER_URL": url}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert pgqueuer.stdout.readline().strip() == "ready"
 
-    def ours(call, n: int) -> tuple[list, float]:
-        walls, cpu = [], time.process_time()
-        for i in range(n):
-            began = time.perf_counter()
-            call(i)
-            walls.append(time.perf_counter() - began)
-        return walls, time.process_time() - cpu
-
     def theirs(n: int) -> tuple[list, float]:
         pgqueuer.stdin.write(f"{n}\n")
         pgqueuer.stdin.flush()
         block = json.loads(pgqueuer.stdout.readline())
         return block["walls"], block["cpu_s"]
 
-    kinds = {"start": lambda n: ours(lambda i: durable.start("bench.one_step"), n),
-             "task_enqueue": lambda n: ours(lambda i: one_step.enqueue(i), n), "pgqueuer_enqueue": theirs}
+    kinds = {"start": lambda n: timed(lambda i: durable.start("bench.one_step"), n),
+             "task_enqueue": lambda n: timed(one_step.enqueue, n), "pgqueuer_enqueue": theirs}
     walls = {kind: [] for kind in kinds}
     cpu = dict.fromkeys(kinds, 0.0)
     ratios = {"start": [], "task_enqueue": []}

@@ -9,7 +9,6 @@ import inspect
 import linecache
 import os
 import sys
-import textwrap
 import time
 import uuid
 
@@ -61,24 +60,27 @@ def _definition(fn) -> tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | None,
     """(its file, the node of `fn`'s def, what to add to the node's line numbers to number them
     as the file does). The lines are those its code object spans: a worker runs this check at its
     start, and inspect.getsource() finds them by tokenizing in Python (and compiling tokenize's
-    expressions first), 1-2 ms a workflow here. What that cannot read is read as inspect does."""
+    expressions first), 1-2 ms a workflow here. What that cannot read is read as inspect finds it."""
     filename = inspect.getsourcefile(fn) or "?"
     code = getattr(fn, "__code__", None)
     if code is not None and (last := _last_line(code)) >= (first := code.co_firstlineno):
-        lines = linecache.getlines(filename, getattr(fn, "__globals__", None))[first - 1:last]
-        # Shifted left by the def's indentation: each line of its code has it, the lines of a
-        # string in it may not (textwrap.dedent would shift none).
-        margin = lines[0][:len(lines[0]) - len(lines[0].lstrip())] if lines else ""
-        try:
-            body = ast.parse("".join(line.removeprefix(margin) for line in lines)).body
-        except SyntaxError:
-            body = []
-        if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) and body[0].name == code.co_name:
-            return filename, body[0], first - 1
+        function = _parsed_def(linecache.getlines(filename, getattr(fn, "__globals__", None))[first - 1:last])
+        if function is not None and function.name == code.co_name:
+            return filename, function, first - 1
     lines, first = inspect.getsourcelines(fn)
-    body = ast.parse(textwrap.dedent("".join(lines))).body
-    function = body[0] if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-    return filename, function, first - 1
+    return filename, _parsed_def(lines), first - 1
+
+
+def _parsed_def(lines: list[str]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The def these source lines begin with, shifted left by its indentation (each line of its
+    code has it; the lines of a string in it may not, which textwrap.dedent would shift none of);
+    None if they do not parse into one."""
+    margin = lines[0][:len(lines[0]) - len(lines[0].lstrip())] if lines else ""
+    try:
+        body = ast.parse("".join(line.removeprefix(margin) for line in lines)).body
+    except SyntaxError:
+        return None
+    return body[0] if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
 def _last_line(code) -> int:
