@@ -41,7 +41,7 @@ def nondeterministic_calls(fn) -> list[tuple[str, str]]:
     own = inspect.unwrap(fn)  # a decorated function's names are its own module's
     try:
         filename, function, offset = _definition(own)
-    except (OSError, TypeError, SyntaxError):
+    except (OSError, TypeError):  # no source, or not a function
         return []
     if function is None:
         return []

@@ -143,6 +143,16 @@ def test_each_call_is_found_on_the_line_it_is_on_whatever_the_shape_of_the_funct
         assert sorted(where for _, where in nondeterministic_calls(fn)) == sorted(_marked(fn)), fn.__name__
 
 
+def test_what_the_code_span_cannot_read_is_read_through_inspect_alike(monkeypatch):
+    """Where a code object gives no line span (a Python run with -X no_debug_ranges), the check
+    reads the function through inspect, shifted by the def's margin the same way."""
+    from django_durable import determinism
+
+    monkeypatch.setattr(determinism, "_last_line", lambda code: 0)
+    for fn in (_Workflows.indented, nested_then_a_long_call, _Workflows.with_a_string_at_the_margin):
+        assert sorted(where for _, where in nondeterministic_calls(fn)) == sorted(_marked(fn)), fn.__name__
+
+
 def test_a_function_without_source_is_passed_over():
     namespace = {}
     exec("def made(ctx):\n    import time\n    return time.time()\n", namespace)
