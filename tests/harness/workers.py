@@ -75,11 +75,24 @@ class WorkerProcess:
         """
         for _ in range(attempts):
             self.signal(signal.SIGSTOP)
+            # kill() returns once the signal is sent, not once every thread has stopped: a thread
+            # running on another core may still begin a transaction after a probe found none.
+            wait_for(self.stopped, timeout=10, interval=0.005, message=f"worker {self.pid} to stop")
             if not writer_elsewhere():
                 return
             self.signal(signal.SIGCONT)
             time.sleep(0.05)
         pytest.fail(f"Worker {self.pid} held a transaction open at each of {attempts} tries to freeze it.")
+
+    def stopped(self) -> bool:
+        """Whether every thread of the process is stopped (state T in /proc)."""
+        states = []
+        for task in Path(f"/proc/{self.pid}/task").glob("*"):
+            try:
+                states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue  # a thread that ended meanwhile
+        return bool(states) and all(state in "TtZX" for state in states)
 
     def running(self) -> bool:
         return self.popen.poll() is None
