@@ -71,10 +71,12 @@ def test_a_worker_is_frozen_only_outside_a_transaction(worker_env, tmp_path):
     try:
         wait_for(writer_elsewhere, message=f"the holder's transaction (log: {holder.log()})")
         holder.freeze()
+        assert holder.stopped()  # every thread, as /proc shows it
         for _ in range(10):  # frozen, it can no longer change what is seen
             assert not writer_elsewhere()
             time.sleep(0.1)
         holder.signal(signal.SIGCONT)
+        wait_for(lambda: not holder.stopped(), message="the thawed holder's threads to run again")
         wait_for(writer_elsewhere, message="the thawed holder's next transaction")
     finally:
         holder.kill()
