@@ -19,6 +19,14 @@ from tests.harness.workers import ON_POSTGRES, ROOT, WorkerProcess, wait_for  # 
 PROCESS_FIXTURES = {"start_worker", "worker_env", "cpu_hog"}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep whether the test's body failed on the item, for fixtures that report on failure."""
+    outcome = yield
+    if call.when == "call":
+        item.durable_failed = outcome.get_result().failed
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs PostgreSQL (set DURABLE_TEST_DATABASE_URL)")
     for item in items:
@@ -52,8 +60,9 @@ def worker_env(transactional_db):
 
 
 @pytest.fixture
-def start_worker(worker_env, tmp_path):
-    """Start worker subprocesses; every one still running at the end of the test is SIGKILLed."""
+def start_worker(worker_env, tmp_path, request):
+    """Start worker subprocesses; every one still running at the end of the test is SIGKILLed.
+    If the test failed, each worker's log is printed (pytest shows it with the failure)."""
     workers: list[WorkerProcess] = []
 
     def start(*args: str, concurrency: int = 1, burst: bool = True, faults: str = "", env=None):
@@ -78,6 +87,9 @@ def start_worker(worker_env, tmp_path):
     for worker in workers:
         if worker.running():
             worker.kill()
+    if getattr(request.node, "durable_failed", False):
+        for number, worker in enumerate(workers):
+            print(f"--- worker {number} ({' '.join(worker.popen.args[3:])}) ---\n{worker.log()}")
 
 
 def assert_settled():
