@@ -7,8 +7,10 @@ admin, the REST framework and django.tasks installed, as a project has them) and
 task's run started, by the database's clock, on this machine: spawn to first claim. Then the
 worker's whole life (start, one task, exit): its CPU and its peak RSS. The medians are printed, and
 for reference how long `python -c "import django; django.setup()"` with the same settings takes from
-its spawn until setup returns, and with the same settings less django-durable and the benchmark app
-(what any worker of such a project pays before it can claim).
+its spawn until setup returns; with the same settings less django-durable and the benchmark app
+(what any worker of such a project pays before it can claim); and with only the two Django apps
+django-durable needs, contenttypes and auth (what any Django process with django-durable pays,
+whatever its project).
 """
 
 from __future__ import annotations
@@ -43,14 +45,17 @@ def once() -> dict:
             "cpu_s": float(user) + float(system), "peak_rss_mb": int(peak_kb) / 1024}
 
 
-def django_alone(*, without_durable: bool = False) -> float:
+def django_alone(*, apps: str = "all") -> float:
     """Spawn to the end of `django.setup()` in a process of its own, by the clock the child reads
     when setup returns: its exit (some 0.14 s here, a collection of everything setup made) is not
-    part of a start, as it is not part of the worker's spawn to first claim. `without_durable`:
-    the same project with django-durable and the benchmark app taken out of INSTALLED_APPS."""
-    drop = ("import bench.settings as s; s.INSTALLED_APPS[:] = "
-            "[a for a in s.INSTALLED_APPS if a not in ('django_durable', 'bench.benchapp')]; ")
-    code = (drop if without_durable else "") + "import django, time; django.setup(); print(time.time())"
+    part of a start, as it is not part of the worker's spawn to first claim. `apps`: "all" (the
+    project as it is), "without-durable" (django-durable and the benchmark app taken out of
+    INSTALLED_APPS) or "least" (only contenttypes and auth, the apps django-durable needs)."""
+    keep = {"all": None,
+            "without-durable": "[a for a in s.INSTALLED_APPS if a not in ('django_durable', 'bench.benchapp')]",
+            "least": "['django.contrib.contenttypes', 'django.contrib.auth']"}[apps]
+    code = (f"import bench.settings as s; s.INSTALLED_APPS[:] = {keep}; " if keep else "")
+    code += "import django, time; django.setup(); print(time.time())"
     spawned = time.time()
     done = subprocess.run([sys.executable, "-c", code], env=harness.worker_env(), cwd=harness.ROOT,
                           check=True, capture_output=True, text=True)
@@ -64,13 +69,15 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     runs = [once() for _ in range(args.repeat)]
     alone = statistics.median(django_alone() for _ in range(args.repeat))
-    bare = statistics.median(django_alone(without_durable=True) for _ in range(args.repeat))
+    bare = statistics.median(django_alone(apps="without-durable") for _ in range(args.repeat))
+    least = statistics.median(django_alone(apps="least") for _ in range(args.repeat))
     for key, label in (("first_claim_s", "spawn to first claim"), ("cpu_s", "CPU of its whole life"),
                        ("peak_rss_mb", "peak RSS (MB)")):
         values = [r[key] for r in runs]
         print(f"{label:28} median {statistics.median(values):6.2f}   ({', '.join(f'{v:.2f}' for v in values)})")
     print(f"{'django.setup() alone':28} median {alone:6.2f} s (spawn to setup's return, a process of its own)")
     print(f"{'  without django-durable':28} median {bare:6.2f} s (the same, django-durable's apps left out)")
+    print(f"{'  contenttypes and auth only':28} median {least:6.2f} s (the same, no other app installed)")
 
 
 if __name__ == "__main__":
