@@ -24,7 +24,7 @@ CHROMEDRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path):
     if not (CHROMIUM and CHROMEDRIVER):
         if os.environ.get("CI"):
             pytest.fail("chromium and chromium-driver are missing; `make test` installs them (apt).")
@@ -37,7 +37,9 @@ def browser():
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                      "--window-size=1400,1100", "--force-device-scale-factor=1"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # Chromium leaves its singleton socket's directory in TMPDIR after it quits: keep it in the test's.
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = webdriver.Chrome(service=service, options=options)
     driver.implicitly_wait(5)
     yield driver
     driver.quit()
