@@ -25,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import run as harness  # noqa: E402  (sets Django up on bench.settings)
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 
@@ -45,16 +46,12 @@ def once() -> dict:
             "cpu_s": float(user) + float(system), "peak_rss_mb": int(peak_kb) / 1024}
 
 
-def django_alone(*, apps: str = "all") -> float:
+def django_alone(installed_apps: list[str] | None = None) -> float:
     """Spawn to the end of `django.setup()` in a process of its own, by the clock the child reads
     when setup returns: its exit (some 0.14 s here, a collection of everything setup made) is not
-    part of a start, as it is not part of the worker's spawn to first claim. `apps`: "all" (the
-    project as it is), "without-durable" (django-durable and the benchmark app taken out of
-    INSTALLED_APPS) or "least" (only contenttypes and auth, the apps django-durable needs)."""
-    keep = {"all": None,
-            "without-durable": "[a for a in s.INSTALLED_APPS if a not in ('django_durable', 'bench.benchapp')]",
-            "least": "['django.contrib.contenttypes', 'django.contrib.auth']"}[apps]
-    code = (f"import bench.settings as s; s.INSTALLED_APPS[:] = {keep}; " if keep else "")
+    part of a start, as it is not part of the worker's spawn to first claim. `installed_apps`, if
+    given, replaces bench.settings' INSTALLED_APPS in the child before setup."""
+    code = f"import bench.settings as s; s.INSTALLED_APPS[:] = {installed_apps!r}; " if installed_apps else ""
     code += "import django, time; django.setup(); print(time.time())"
     spawned = time.time()
     done = subprocess.run([sys.executable, "-c", code], env=harness.worker_env(), cwd=harness.ROOT,
@@ -68,9 +65,11 @@ def main() -> None:
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     runs = [once() for _ in range(args.repeat)]
+    without_durable = [app for app in settings.INSTALLED_APPS if app not in ("django_durable", "bench.benchapp")]
     alone = statistics.median(django_alone() for _ in range(args.repeat))
-    bare = statistics.median(django_alone(apps="without-durable") for _ in range(args.repeat))
-    least = statistics.median(django_alone(apps="least") for _ in range(args.repeat))
+    bare = statistics.median(django_alone(without_durable) for _ in range(args.repeat))
+    least = statistics.median(django_alone(["django.contrib.contenttypes", "django.contrib.auth"])
+                              for _ in range(args.repeat))
     for key, label in (("first_claim_s", "spawn to first claim"), ("cpu_s", "CPU of its whole life"),
                        ("peak_rss_mb", "peak RSS (MB)")):
         values = [r[key] for r in runs]
