@@ -1,6 +1,6 @@
 """How long a worker takes from its spawn to its first claim, and what its start-up costs.
 
-    DATABASE_URL=postgres://... .venv/bin/python bench/start_up.py [--repeat 5]
+    DATABASE_URL=postgres://... .venv/bin/python bench/start_up.py [--repeat 5] [--worker-settings MODULE]
 
 Each repeat enqueues one task, spawns `manage.py durable_worker --burst -c 1` (bench.settings: the
 admin, the REST framework and django.tasks installed, as a project has them) and reads when the
@@ -30,7 +30,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 
 
-def once() -> dict:
+def once(worker_settings: str) -> dict:
     from bench.benchapp.tasks import one_step
 
     harness.truncate()
@@ -40,7 +40,8 @@ def once() -> dict:
     # Through GNU time: its own small process starts the worker, so the worker's peak RSS is its
     # own (a child of this Django process would carry this process's pages until its exec).
     done = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", *harness.worker_command("--burst", "-c", "1", "-v", "0")],
-                          env=harness.worker_env(), check=True, capture_output=True, text=True)
+                          env=harness.worker_env(DJANGO_SETTINGS_MODULE=worker_settings), check=True,
+                          capture_output=True, text=True)
     peak_kb, user, system = done.stderr.split()[-3:]
     return {"first_claim_s": harness.started_at(run_id) - spawned,
             "cpu_s": float(user) + float(system), "peak_rss_mb": int(peak_kb) / 1024}
@@ -62,9 +63,12 @@ def django_alone(installed_apps: list[str] | None = None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--worker-settings", default="bench.settings",
+                        help="the workers' settings module (bench.worker_settings: the project less the apps "
+                        "that only serve requests, as docs/workers.md advises)")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    runs = [once() for _ in range(args.repeat)]
+    runs = [once(args.worker_settings) for _ in range(args.repeat)]
     without_durable = [app for app in settings.INSTALLED_APPS if app not in ("django_durable", "bench.benchapp")]
     alone = statistics.median(django_alone() for _ in range(args.repeat))
     bare = statistics.median(django_alone(without_durable) for _ in range(args.repeat))

@@ -65,3 +65,71 @@ def test_a_reloading_worker_turns_the_collector_on_before_it_watches_files(colle
     with pytest.raises(SystemExit):
         call_command("durable_worker", reload=True, skip_checks=True, verbosity=0)
     assert Watching.collecting is True
+
+
+SERVING = ["django_durable.admin", "rest_framework", "django.contrib.sessions.models"]
+try:  # on Django 5.2 the django-tasks backport itself imports the admin (through django-stubs-ext)
+    import django.tasks  # noqa: F401
+
+    SERVING.append("django.contrib.admin")
+except ImportError:
+    pass
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("settings_module, serving", [("tests.settings", SERVING), ("tests.settings_worker", [])])
+def test_a_worker_started_with_settings_of_its_own_leaves_the_serving_apps_out(start_worker, settings_module,
+                                                                               serving):
+    """docs/workers.md: a worker started with the project's settings less the apps that only serve
+    requests runs tasks and workflows as any other, and never imports those apps; with the
+    project's own settings it sets them all up (what the worker's settings save)."""
+    import django_durable as durable
+    from django_durable.models import WorkflowRun
+    from tests.testapp.tasks import imported
+
+    result = imported.enqueue(*SERVING)
+    run = durable.start("tests.three_steps", x=1)
+    worker = start_worker("--settings", settings_module)
+    assert worker.wait() == 0, worker.log()
+    result.refresh()
+    assert result.return_value == serving
+    run.refresh_from_db()
+    assert (run.status, run.get_result()) == (WorkflowRun.Status.COMPLETED, [1, 2, 3])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_worker_tries_its_first_claim_before_its_maintenance_thread_starts_its_own_work(monkeypatch):
+    """The maintenance thread's start (the declared schedules, the worker's row, the reaper, due
+    timers) waits for the main thread's first claim: at a start, the slowest moment of a worker's
+    life, its queries would compete with that claim for the interpreter, the cores and the database."""
+    import threading
+
+    from django_durable import schedules
+    from django_durable.worker import maintenance
+    from django_durable.worker.process import Worker
+    from tests.testapp.tasks import noop
+
+    monkeypatch.setattr(maintenance, "FIRST_CLAIM_WAIT", 60.0)  # however long the first claim takes here
+    events, synced = [], threading.Event()
+    sync, take = schedules.sync_declared, Worker._take
+
+    def syncing(*args, **kwargs):
+        events.append("sync")
+        synced.set()
+        return sync(*args, **kwargs)
+
+    def taking(self):
+        if not events:
+            synced.wait(1.0)  # the maintenance thread's chance to go first, were it not waiting
+            events.append("claim")
+        return take(self)
+
+    monkeypatch.setattr(schedules, "sync_declared", syncing)
+    monkeypatch.setattr(Worker, "_take", taking)
+    result = noop.enqueue()
+    assert Worker(burst=True, name="w-first").run() == 0
+    assert events[:2] == ["claim", "sync"]
+    result.refresh()
+    assert result.status == "SUCCESSFUL"

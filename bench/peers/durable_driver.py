@@ -31,6 +31,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
 
 VERSION = version("django-durable-workflows")
+# The workers' settings: the project's own (bench.settings), or with --worker-settings
+# bench.worker_settings, the project less the apps that only serve requests (docs/workers.md).
+WORKER_SETTINGS = argument("worker-settings", "bench.settings")
 
 
 def _drain(processes: int) -> tuple[dict, int, list]:
@@ -39,7 +42,7 @@ def _drain(processes: int) -> tuple[dict, int, list]:
     connections.close_all()
     analyze(os.environ["DATABASE_URL"])
     drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
-                          env=harness.worker_env())
+                          env=harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS))
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
                        "EXTRACT(EPOCH FROM min(started_at)), EXTRACT(EPOCH FROM max(finished_at)) FROM durable_workflow_run")
@@ -92,7 +95,7 @@ def w2(jobs: int) -> None:
                            "ORDER BY created_at")
             return [row[0] for row in cursor.fetchall()]
 
-    with serving([harness.worker_command("-c", "1", "-v", "0")], env=harness.worker_env()):
+    with serving([harness.worker_command("-c", "1", "-v", "0")], env=harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS)):
         latency_w2("django-durable", VERSION, jobs, lambda n: one_step.enqueue(n).id, finished, server_seconds)
 
 
@@ -116,7 +119,7 @@ def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hol
                            "EXTRACT(EPOCH FROM finished_at) FROM durable_workflow_run")
             return cursor.fetchall()
 
-    with serving([harness.worker_command("-c", str(processes), "-v", "0")], env=harness.worker_env()):
+    with serving([harness.worker_command("-c", str(processes), "-v", "0")], env=harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS)):
         for n in range(20):  # the workers up and their statements prepared before the clock starts
             enqueue(n)
         wait_until(lambda: all(finished is not None for _, _, finished in jobs()), timeout=120, every=0.1)

@@ -57,6 +57,10 @@ SYSTEMS = [  # (name, python, driver, extra arguments, URL style, workloads)
     # The same tasks in a Django 6 project (django.tasks itself, Django's default LOGGING), on the
     # peers' Python; the two rows above run in .venv (the oldest supported Django and Python).
     ("django-durable-django6", VENVS / "durable-django6/bin/python", "durable_driver.py", [], "postgres", {"w5"}),
+    # And its workers started with settings of their own, as docs/workers.md advises: the project
+    # less the apps that only serve requests (the peers' workers run in projects of two apps).
+    ("django-durable-django6 (worker settings)", VENVS / "durable-django6/bin/python", "durable_driver.py",
+     ["--worker-settings", "bench.worker_settings"], "postgres", {"w5"}),
     ("django-ox", VENVS / "ox/bin/python", "ox_driver.py", [], "postgresql", {"w5", "w2"}),
     # W2 with psycopg's driver takes 3 s a job (its listener holds the connection a second at a
     # time): measured apart (docs/performance.md), not in every round.

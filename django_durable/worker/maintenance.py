@@ -1,5 +1,5 @@
-"""A worker's second thread: the declared schedules synced as it starts, then heartbeats, the reaper,
-due timers and schedules, and two watchdogs.
+"""A worker's second thread: once the main thread has tried its first claim, the declared schedules
+synced, then heartbeats, the reaper, due timers and schedules, and two watchdogs.
 
 It has its own database connection, so a long step never delays the heartbeat that keeps its
 lease, nor the recovery of other workers' expired claims, nor the timers of sleeping runs.
@@ -21,6 +21,10 @@ from . import machine
 from .connection import DB_ERRORS, Outage, close_connection, report_lost
 
 logger = logging.getLogger("django_durable.worker")
+
+# The longest the maintenance thread waits for the main thread's first claim (seconds): a first
+# claim held up (the database slow to answer) does not hold the schedules and the reaper up longer.
+FIRST_CLAIM_WAIT = 1.0
 
 
 class Maintenance(threading.Thread):
@@ -50,8 +54,12 @@ class Maintenance(threading.Thread):
 
     def run(self) -> None:
         worker = self.worker
+        # The main thread's first claim goes first: at a worker's start, the slowest moment of its
+        # life, this thread's first queries would compete with it for the interpreter, the cores
+        # and the database. It has no claim to renew before then.
+        worker.looked.wait(timeout=FIRST_CLAIM_WAIT)
         try:
-            schedules.sync_declared()  # every worker does, here beside its first claims: idempotent
+            schedules.sync_declared()  # every worker does, here after its first claim: idempotent
         except DB_ERRORS as exc:
             logger.warning("Could not sync the declared schedules (%s); the next worker start will.", exc)
             close_connection(worker.db)

@@ -73,6 +73,9 @@ class Worker:
         self.supervised = supervised
         self.processed = 0
         self._stopping = threading.Event()
+        # Set once the main thread has tried its first claim: the maintenance thread's own start
+        # (the declared schedules, this worker's row, the reaper, due timers) waits for it.
+        self.looked = threading.Event()
         self.hard_stop = False
         self.stop_deadline: float | None = None
         self._current: workpool.Claim | None = None
@@ -105,7 +108,7 @@ class Worker:
         maintenance = self.maintenance = Maintenance(self)
         maintenance.start()
         # It listens for notifications when it first runs out of work, not before its first
-        # claim, and the maintenance thread syncs the declared schedules: neither delays the start.
+        # claim, and the maintenance thread begins its work after that claim: neither delays the start.
         waiter = Waiter(self.db, self._wake_r)
         for warning in check_sqlite_journal(databases=[self.db]):
             logger.warning("%s %s", warning.msg, warning.hint)
@@ -167,6 +170,7 @@ class Worker:
                 except DB_ERRORS:
                     close_connection(self.db)
                 self._next = None
+            self.looked.set()  # (stopped before its first claim)
             maintenance.done.set()
             maintenance.join(timeout=5)
             try:  # (a write of the maintenance thread's that ended as it stopped)
@@ -354,7 +358,11 @@ class Worker:
         return tuple(sorted(self._declined))
 
     def _run_once(self) -> bool:
-        claim = self._take()
+        try:
+            claim = self._take()
+        finally:
+            if not self.looked.is_set():
+                self.looked.set()
         if claim is None:
             return False
         with self._current_lock:

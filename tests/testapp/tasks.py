@@ -1,5 +1,6 @@
 """django.tasks tasks of the test suite, run by django_durable.tasks.DurableBackend."""
 
+import sys
 import threading
 import time
 
@@ -15,6 +16,12 @@ from tests.testapp import ledger
 @task()
 def noop(*args, **kwargs):
     return None
+
+
+@task()
+def imported(*modules):
+    """Which of `modules` the process running this task has imported."""
+    return [name for name in modules if name in sys.modules]
 
 
 @task()
