@@ -7,7 +7,8 @@
 Each round runs every workload on every system that has it, one after the other on the same
 server: the raw SKIP LOCKED ceiling (one statement a row in autocommit, and beside it the
 four-round-trip loop earlier figures used), django-durable (tasks, and one-step workflows in W5;
-and W5's tasks once more in a Django 6 project on the peers' Python), and each peer whose
+and W5's tasks once more in a Django 6 project on the peers' Python, its workers started with the
+project's settings and with settings of their own, bench/worker_settings.py), and each peer whose
 virtual environment exists under bench/.venvs/ (made by scripts/bench-peers.sh): django-ox, PGQueuer (psycopg's driver, and asyncpg's, and asyncpg's once more on .venv's Python), Procrastinate,
 django-tasks-db, DBOS, Oban for Python, django-absurd; each round starts with the next system in that list. Every run gets a fresh database of
 its own, after a CHECKPOINT. The workloads:
