@@ -99,11 +99,17 @@ def test_a_worker_started_with_settings_of_its_own_leaves_the_serving_apps_out(s
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.timeout(60)
-def test_a_worker_tries_its_first_claim_before_its_maintenance_thread_starts_its_own_work(monkeypatch):
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("first_claim_wait, patience, order", [
+    (60.0, 1.0, ["claim", "sync"]),  # however long the first claim takes here, it goes first
+    (0.05, 30.0, ["sync", "claim"]),  # a first claim held up holds the maintenance thread up no longer than the wait
+])
+def test_a_worker_tries_its_first_claim_before_its_maintenance_thread_starts_its_own_work(
+        monkeypatch, first_claim_wait, patience, order):
     """The maintenance thread's start (the declared schedules, the worker's row, the reaper, due
-    timers) waits for the main thread's first claim: at a start, the slowest moment of a worker's
-    life, its queries would compete with that claim for the interpreter, the cores and the database."""
+    timers) waits for the main thread's first claim, at most FIRST_CLAIM_WAIT: at a start, the
+    slowest moment of a worker's life, its queries would compete with that claim for the
+    interpreter, the cores and the database."""
     import threading
 
     from django_durable import schedules
@@ -111,7 +117,7 @@ def test_a_worker_tries_its_first_claim_before_its_maintenance_thread_starts_its
     from django_durable.worker.process import Worker
     from tests.testapp.tasks import noop
 
-    monkeypatch.setattr(maintenance, "FIRST_CLAIM_WAIT", 60.0)  # however long the first claim takes here
+    monkeypatch.setattr(maintenance, "FIRST_CLAIM_WAIT", first_claim_wait)
     events, synced = [], threading.Event()
     sync, take = schedules.sync_declared, Worker._take
 
@@ -121,8 +127,8 @@ def test_a_worker_tries_its_first_claim_before_its_maintenance_thread_starts_its
         return sync(*args, **kwargs)
 
     def taking(self):
-        if not events:
-            synced.wait(1.0)  # the maintenance thread's chance to go first, were it not waiting
+        if "claim" not in events:  # the first claim waits for the sync, up to its patience
+            synced.wait(patience)
             events.append("claim")
         return take(self)
 
@@ -130,6 +136,6 @@ def test_a_worker_tries_its_first_claim_before_its_maintenance_thread_starts_its
     monkeypatch.setattr(Worker, "_take", taking)
     result = noop.enqueue()
     assert Worker(burst=True, name="w-first").run() == 0
-    assert events[:2] == ["claim", "sync"]
+    assert events[:2] == order
     result.refresh()
     assert result.status == "SUCCESSFUL"

@@ -36,13 +36,17 @@ VERSION = version("django-durable-workflows")
 WORKER_SETTINGS = argument("worker-settings", "bench.settings")
 
 
+def _worker_env() -> dict:
+    return harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS)
+
+
 def _drain(processes: int) -> tuple[dict, int, list]:
     """ANALYZE (unless --no-analyze), then `durable_worker --burst -c P` until the queue is empty:
     run_workers()'s figures, the runs completed, and the first start and last end (epoch seconds)."""
     connections.close_all()
     analyze(os.environ["DATABASE_URL"])
     drained = run_workers([harness.worker_command("--burst", "-c", str(processes), "-v", "0")],
-                          env=harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS))
+                          env=_worker_env())
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
                        "EXTRACT(EPOCH FROM min(started_at)), EXTRACT(EPOCH FROM max(finished_at)) FROM durable_workflow_run")
@@ -95,7 +99,7 @@ def w2(jobs: int) -> None:
                            "ORDER BY created_at")
             return [row[0] for row in cursor.fetchall()]
 
-    with serving([harness.worker_command("-c", "1", "-v", "0")], env=harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS)):
+    with serving([harness.worker_command("-c", "1", "-v", "0")], env=_worker_env()):
         latency_w2("django-durable", VERSION, jobs, lambda n: one_step.enqueue(n).id, finished, server_seconds)
 
 
@@ -119,7 +123,7 @@ def steady_load(rate: float, seconds: float, processes: int, hold_at: float, hol
                            "EXTRACT(EPOCH FROM finished_at) FROM durable_workflow_run")
             return cursor.fetchall()
 
-    with serving([harness.worker_command("-c", str(processes), "-v", "0")], env=harness.worker_env(DJANGO_SETTINGS_MODULE=WORKER_SETTINGS)):
+    with serving([harness.worker_command("-c", str(processes), "-v", "0")], env=_worker_env()):
         for n in range(20):  # the workers up and their statements prepared before the clock starts
             enqueue(n)
         wait_until(lambda: all(finished is not None for _, _, finished in jobs()), timeout=120, every=0.1)
