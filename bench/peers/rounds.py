@@ -20,7 +20,9 @@ its own, after a CHECKPOINT. The workloads:
   drained by P worker processes (jobs per second from the first job's start to the last one's
   end, by the database's clock), with the machine's busy CPU over the drain divided by N
   (workers and PostgreSQL together), the largest worker's peak RSS, and the workers' start: from
-  their spawn to the first job's start (a cold start, the worker's whole start-up);
+  their spawn to the first job's start (a cold start, the worker's whole start-up: with
+  --processes 1 one process's, as on slower cores; with more under scripts/slow-cores.sh, whose
+  quota the group shares, systems that set Django up in each process pay it once a process);
 - W2: one one-step job at a time on an idle worker: enqueued to finished by the database's
   clock, and enqueue to seen finished by a client polling every millisecond;
 - W1: ten-step workflows drained by P processes, steps per second (systems with workflows);
