@@ -47,6 +47,7 @@ class Maintenance(threading.Thread):
         self.polls: dict = {}  # ...and when its run's cancel was last looked for
         self.outage = Outage()
         self.presence = Presence(worker)
+        self.stop_told = False  # whether the log says the worker is stopping, its step in flight
 
     def expect_timer(self, seconds: float) -> None:
         """This worker just set a timer due in `seconds`: look for it then, not a poll later."""
@@ -73,6 +74,11 @@ class Maintenance(threading.Thread):
                     worker.abandon_and_exit("on shutdown")
                 claim = worker.current_claim()
                 if claim is not None:
+                    if worker.stop_deadline is not None and not self.stop_told:
+                        self.stop_told = True
+                        logger.info("Worker %s is stopping: it lets the step of run %s finish, for up to %.0f s "
+                                    "more; a second SIGTERM or Ctrl-C hands the run back at once.",
+                                    worker.name, claim.run_id, max(0.0, worker.stop_deadline - now))
                     self._watch(claim, now)
                     self._cancel(claim, now)
                 if now < self.outage.retry_at:

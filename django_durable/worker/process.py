@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 
 from .. import conf, partitioning, serialization, workpool
 from ..checks import check_sqlite_journal
@@ -50,6 +51,29 @@ def waited_for_a_core() -> float | None:
 def shutdown_grace(grace: float | None = None) -> float:
     """Seconds a stopping worker lets its step finish: `grace` (--grace), else DURABLE_SHUTDOWN_GRACE_SECONDS."""
     return float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
+
+
+# The signals whose handlers the main thread runs: a stop request (SIGTERM, SIGINT) and the alarm
+# that interrupts a step (SIGALRM, from the process's timer). Linux gives a signal sent to the
+# process to any of its threads that does not block it; taken by another thread, it leaves the main
+# thread waiting where it waits (a step's sleep, a query) until that wait ends by itself, and only
+# then does the handler run: a stop request would wait out the step, its grace unkept.
+MAIN_THREAD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGALRM})
+
+
+@contextmanager
+def main_thread_signals():
+    """Block MAIN_THREAD_SIGNALS while the worker's own threads start, so that they inherit the
+    block and the kernel gives those signals to the main thread alone (one arriving meanwhile
+    waits for the block's end). Outside the main thread, or without pthread_sigmask, nothing."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def process_name(base: str | None, pid: int) -> str:
@@ -106,7 +130,8 @@ class Worker:
         """Process work until stopped (or, with burst, until none is left); return the exit code."""
         self._install_signal_handlers()
         maintenance = self.maintenance = Maintenance(self)
-        maintenance.start()
+        with main_thread_signals():
+            maintenance.start()
         # It listens for notifications when it first runs out of work, not before its first
         # claim, and the maintenance thread begins its work after that claim: neither delays the start.
         waiter = Waiter(self.db, self._wake_r)
