@@ -3,6 +3,7 @@
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection, connections
@@ -237,8 +238,6 @@ def test_stop_signals_and_step_alarms_go_to_the_main_thread_alone(start_worker, 
     the process to a thread that does not block it, and one taken by the maintenance thread would
     leave the main thread asleep in a step until the step ended, the stop request or the step's
     timeout unheard meanwhile."""
-    from pathlib import Path
-
     reached = tmp_path / "reached"
     durable.start("tests.sleep_in_b", 30, str(reached))
     worker = start_worker("--grace", "0.5", burst=False)
@@ -247,17 +246,19 @@ def test_stop_signals_and_step_alarms_go_to_the_main_thread_alone(start_worker, 
     if not tasks.exists():
         pytest.skip("needs Linux's /proc")
 
+    main_thread_signals = {signal.SIGTERM, signal.SIGINT, signal.SIGALRM}
+
     def blocked(tid: int) -> set[int]:
         status = (tasks / str(tid) / "status").read_text()
         mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
-        return {signum for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM) if mask >> (signum - 1) & 1}
+        return {signum for signum in main_thread_signals if mask >> (signum - 1) & 1}
 
     threads = sorted(int(tid.name) for tid in tasks.iterdir())
     assert worker.pid in threads and len(threads) >= 2, threads  # the main thread and the maintenance thread
     assert blocked(worker.pid) == set()
     for tid in threads:
         if tid != worker.pid:
-            assert blocked(tid) == {signal.SIGTERM, signal.SIGINT, signal.SIGALRM}, tid
+            assert blocked(tid) == main_thread_signals, tid
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.log()
 

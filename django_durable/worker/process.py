@@ -53,20 +53,22 @@ def shutdown_grace(grace: float | None = None) -> float:
     return float(conf.get("SHUTDOWN_GRACE_SECONDS") if grace is None else grace)
 
 
-# The signals whose handlers the main thread runs: a stop request (SIGTERM, SIGINT) and the alarm
-# that interrupts a step (SIGALRM, from the process's timer). Linux gives a signal sent to the
-# process to any of its threads that does not block it; taken by another thread, it leaves the main
-# thread waiting where it waits (a step's sleep, a query) until that wait ends by itself, and only
-# then does the handler run: a stop request would wait out the step, its grace unkept.
-MAIN_THREAD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGALRM})
+# A stop request: the first stops claiming and lets the step in flight finish, a second hands it back.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The signals whose handlers the main thread runs: a stop request and the alarm that interrupts a
+# step (SIGALRM, from the process's timer). Linux gives a signal sent to the process to any of its
+# threads that does not block it; taken by another thread, it leaves the main thread waiting where
+# it waits (a step's sleep, a query) until that wait ends by itself, and only then does the handler
+# run: a stop request would wait out the step, its grace unkept.
+MAIN_THREAD_SIGNALS = frozenset({*STOP_SIGNALS, signal.SIGALRM})
 
 
 @contextmanager
 def main_thread_signals():
     """Block MAIN_THREAD_SIGNALS while the worker's own threads start, so that they inherit the
     block and the kernel gives those signals to the main thread alone (one arriving meanwhile
-    waits for the block's end). Outside the main thread, or without pthread_sigmask, nothing."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    waits for the block's end). Outside the main thread, nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
@@ -238,7 +240,7 @@ class Worker:
         alarm.install()  # step timeouts, and cancels sent by the maintenance thread
         # The handler only sets flags: it runs between bytecodes of whatever the main thread
         # does (a query, a step), so it must not touch the database or take locks.
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, lambda *_: self.stop())
 
     # -- the main loop ---------------------------------------------------------------------------

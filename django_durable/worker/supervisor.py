@@ -14,7 +14,7 @@ from django.db import DatabaseError, connections
 from .. import conf, workpool
 from ..humanize import one_line
 from ..workpool.listening import DEAD_PEER_SECONDS
-from .process import ABANDON_SECONDS, EXIT_REPLACE, Worker, process_name, shutdown_grace
+from .process import ABANDON_SECONDS, EXIT_REPLACE, STOP_SIGNALS, Worker, process_name, shutdown_grace
 
 logger = logging.getLogger("django_durable.worker")
 
@@ -35,7 +35,7 @@ class Supervisor:
         # Children must open their own connections: a socket shared across fork is corrupted
         # by whichever process speaks first.
         connections.close_all()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, self._on_signal)
         signal.signal(signal.SIGALRM, self._on_deadline)
         for slot in range(self.concurrency):
@@ -96,7 +96,7 @@ class Supervisor:
             return
         code = 1
         try:
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+            for signum in (*STOP_SIGNALS, signal.SIGALRM):
                 signal.signal(signum, signal.SIG_DFL)
             _die_with_parent()
             options = dict(self.worker_options, name=process_name(self.worker_options.get("name"), os.getpid()))
